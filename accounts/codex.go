@@ -1,0 +1,137 @@
+package accounts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	rerr "github.com/rotorproxy/rotor/errors"
+)
+
+// CodexTokens is the ChatGPT login a Codex CLI auth.json holds.
+type CodexTokens struct {
+	IDToken      string
+	AccessToken  string
+	RefreshToken string
+	AccountID    string
+}
+
+// CodexAuthPath is where Codex CLI keeps its login: $CODEX_HOME/auth.json,
+// else ~/.codex/auth.json.
+func CodexAuthPath(getenv func(string) string) string {
+	if d := getenv("CODEX_HOME"); d != "" {
+		return filepath.Join(d, "auth.json")
+	}
+	h, _ := os.UserHomeDir()
+	return filepath.Join(h, ".codex", "auth.json")
+}
+
+// ReadCodexAuth reads the tokens of a Codex CLI auth.json. Errors name the
+// file and the missing field, never a token.
+func ReadCodexAuth(path string) (CodexTokens, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return CodexTokens{}, rerr.Validation("file", "Cannot read Codex login "+path+": "+err.Error())
+	}
+	if !gjson.ValidBytes(data) {
+		return CodexTokens{}, rerr.Validation("file", path+" is not valid JSON")
+	}
+	t := gjson.GetBytes(data, "tokens")
+	// Older Codex versions stored the id_token as an object with a raw_jwt.
+	idTok := t.Get("id_token")
+	if idTok.IsObject() {
+		idTok = idTok.Get("raw_jwt")
+	}
+	ct := CodexTokens{
+		IDToken:      idTok.String(),
+		AccessToken:  t.Get("access_token").String(),
+		RefreshToken: t.Get("refresh_token").String(),
+		AccountID:    t.Get("account_id").String(),
+	}
+	if ct.AccessToken == "" || ct.RefreshToken == "" {
+		return CodexTokens{}, rerr.Validation("tokens", path+" has no ChatGPT login (tokens.access_token and tokens.refresh_token are required)")
+	}
+	return ct, nil
+}
+
+// Identity reads the account's identity from the id token and the access
+// token; the explicit account_id wins over the claims.
+func (ct CodexTokens) Identity() Identity {
+	idt, _ := ParseJWT(ct.IDToken)
+	at, _ := ParseJWT(ct.AccessToken)
+	id := idt.Merge(at)
+	if !at.ExpiresAt.IsZero() {
+		id.ExpiresAt = at.ExpiresAt // the expiry that matters is the access token's
+	}
+	if ct.AccountID != "" {
+		id.ChatGPTAccountID = ct.AccountID
+	}
+	return id
+}
+
+// UpsertChatGPT adds a ChatGPT account for id, or updates the account that
+// already has the same chatgpt_account_id and email, so logging in or
+// importing twice never duplicates an account. A fresh login clears a
+// token-invalid flag. It returns the account's 1-based index.
+func (p *Pool) UpsertChatGPT(id Identity, label string, now time.Time) (index int, created bool) {
+	for i := range p.Accounts {
+		a := &p.Accounts[i]
+		if a.Kind == KindChatGPT && a.ChatGPTAccountID == id.ChatGPTAccountID &&
+			strings.EqualFold(a.Email, id.Email) {
+			if label != "" {
+				a.Label = label
+			}
+			if id.PlanType != "" {
+				a.PlanType = id.PlanType
+			}
+			if r, ok := a.Flagged(); ok && r == FlagTokenInvalid {
+				a.SetFlag("")
+			}
+			return i + 1, false
+		}
+	}
+	if label == "" {
+		label = id.Email
+	}
+	if label == "" {
+		label = "chatgpt-" + shortID(id.ChatGPTAccountID)
+	}
+	p.Accounts = append(p.Accounts, Account{
+		ID:               NewID(),
+		Label:            label,
+		Kind:             KindChatGPT,
+		Email:            id.Email,
+		ChatGPTAccountID: id.ChatGPTAccountID,
+		PlanType:         id.PlanType,
+		Enabled:          true,
+		AddedAt:          now.UTC(),
+	})
+	return len(p.Accounts), true
+}
+
+// AddAPIKey appends an API-key account and returns its 1-based index.
+func (p *Pool) AddAPIKey(label, baseURL string, now time.Time) int {
+	id := NewID()
+	if label == "" {
+		label = "api-key-" + id[len(id)-4:]
+	}
+	p.Accounts = append(p.Accounts, Account{
+		ID:      id,
+		Label:   label,
+		Kind:    KindAPIKey,
+		BaseURL: baseURL,
+		Enabled: true,
+		AddedAt: now.UTC(),
+	})
+	return len(p.Accounts)
+}
+
+func shortID(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}

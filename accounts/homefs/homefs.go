@@ -1,0 +1,166 @@
+// Package homefs writes and locks files in ROTOR_HOME the way every rotor
+// file must be handled: atomically (temp file, fsync, rename, fsync of the
+// directory), mode 0600 in a 0700 directory, under cross-process locks.
+//
+// A reader never sees a half-written file, and a writer killed at any moment
+// leaves either the old or the new content behind, never a mix.
+package homefs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// DirMode and FileMode are the permissions of ROTOR_HOME and of every file
+// rotor writes in it.
+const (
+	DirMode  os.FileMode = 0o700
+	FileMode os.FileMode = 0o600
+)
+
+// EnsureDir creates dir with mode 0700 if needed and tightens the mode of an
+// existing one, so secrets are never readable by other users.
+func EnsureDir(dir string) error {
+	if err := os.MkdirAll(dir, DirMode); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if fi.Mode().Perm() != DirMode {
+		return os.Chmod(dir, DirMode)
+	}
+	return nil
+}
+
+// WriteFile replaces path with data atomically, with mode 0600.
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(FileMode); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	// Some filesystems refuse fsync on a directory; the rename is done either way.
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return err
+	}
+	return nil
+}
+
+// Rotate keeps n rotating backups of path: path.bak is the newest, then
+// path.bak.1 … path.bak.(n-1). It copies the current file to path.bak after
+// shifting the older ones; a missing path is not an error.
+func Rotate(path string, n int) error {
+	cur, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := n - 1; i >= 1; i-- {
+		from := BackupName(path, i-1)
+		if _, err := os.Stat(from); err == nil {
+			if err := os.Rename(from, BackupName(path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return WriteFile(BackupName(path, 0), cur)
+}
+
+// BackupName is the name of the i-th newest backup of path (0 = newest).
+func BackupName(path string, i int) string {
+	if i == 0 {
+		return path + ".bak"
+	}
+	return fmt.Sprintf("%s.bak.%d", path, i)
+}
+
+// Lock is a held cross-process lock (flock) on a lock file.
+type Lock struct{ f *os.File }
+
+// LockFile takes an exclusive (or, with shared, a shared) flock on path,
+// creating it 0600, waiting at most timeout. The kernel drops the lock when
+// the process dies, so a kill -9 never leaves a stale lock behind.
+func LockFile(path string, shared bool, timeout time.Duration) (*Lock, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			return &Lock{f: f}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("timed out after %s waiting for the lock on %s", timeout, path)
+		}
+		time.Sleep(wait)
+		if wait < 20*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the descriptor drops the flock
+	l.f = nil
+	return err
+}

@@ -1,0 +1,254 @@
+package secrets
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// fileVersion is the only secrets.json layout this package reads or writes.
+const fileVersion = 1
+
+// tmpPattern names the temp files of atomic writes; a crash can leave one
+// behind, and it holds secrets, so writers sweep them (see sweepTemps).
+const tmpPattern = "." + FileName + ".tmp-*"
+
+// fileStore keeps every secret in dir/secrets.json:
+//
+//	{"version":1,"secrets":{"<id>":{...Secret}}}
+//
+// It caches nothing, because other rotor processes write the same file.
+// Readers hold a shared flock and writers an exclusive one on
+// dir/.secrets.lock for the whole read-modify-write, so concurrent writers
+// never lose each other's updates; writes go to a temp file that is fsynced
+// and renamed over secrets.json, so a crash leaves the old or the new file,
+// never a torn one.
+type fileStore struct {
+	dir, path, lock string
+}
+
+func newFileStore(dir string) *fileStore {
+	return &fileStore{dir: dir, path: filepath.Join(dir, FileName), lock: lockPath(dir)}
+}
+
+func lockPath(dir string) string { return filepath.Join(dir, ".secrets.lock") }
+
+// fileDoc keeps entries raw, so a rewrite preserves entries it did not touch
+// byte for byte, including fields a newer rotor may have added.
+type fileDoc struct {
+	Version int                        `json:"version"`
+	Secrets map[string]json.RawMessage `json:"secrets"`
+}
+
+// Backend returns "file".
+func (s *fileStore) Backend() string { return BackendFile }
+
+// Get returns the secret of id from secrets.json.
+func (s *fileStore) Get(id string) (Secret, error) {
+	if err := checkID(id); err != nil {
+		return Secret{}, err
+	}
+	var sec Secret
+	err := withLock(s.lock, false, func() error {
+		doc, err := s.read()
+		if err != nil {
+			return err
+		}
+		raw, ok := doc.Secrets[id]
+		if !ok {
+			return notFoundErr(id)
+		}
+		if err := json.Unmarshal(raw, &sec); err != nil {
+			return s.unreadable(fmt.Sprintf("the entry of account %q", id), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Secret{}, err
+	}
+	return sec, nil
+}
+
+// Set replaces the secret of id in secrets.json.
+func (s *fileStore) Set(id string, sec Secret) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(sec)
+	if err != nil {
+		return &Error{Code: CodeStorageWrite, msg: fmt.Sprintf("encoding the secret of account %q failed", id)}
+	}
+	return withLock(s.lock, true, func() error {
+		doc, err := s.read()
+		if err != nil {
+			return err
+		}
+		doc.Secrets[id] = raw
+		return s.write(doc)
+	})
+}
+
+// Delete removes the secret of id from secrets.json; the file is not
+// rewritten when id has none.
+func (s *fileStore) Delete(id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return withLock(s.lock, true, func() error {
+		doc, err := s.read()
+		if err != nil {
+			return err
+		}
+		if _, ok := doc.Secrets[id]; !ok {
+			return nil
+		}
+		delete(doc.Secrets, id)
+		return s.write(doc)
+	})
+}
+
+// IDs lists the ids present in secrets.json, sorted.
+func (s *fileStore) IDs() ([]string, error) {
+	var ids []string
+	err := withLock(s.lock, false, func() error {
+		doc, err := s.read()
+		if err != nil {
+			return err
+		}
+		ids = make([]string, 0, len(doc.Secrets))
+		for id := range doc.Secrets {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		return nil
+	})
+	return ids, err
+}
+
+// read loads secrets.json; a missing file is an empty store. A file that
+// exists but cannot be read, parsed, or is of another version is an error,
+// and since every writer reads first, such a file is never overwritten.
+func (s *fileStore) read() (*fileDoc, error) {
+	b, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &fileDoc{Version: fileVersion, Secrets: map[string]json.RawMessage{}}, nil
+	}
+	if err != nil {
+		return nil, &Error{
+			Code: CodeStorageUnreadable,
+			Path: s.path,
+			msg:  fmt.Sprintf("secrets file %s cannot be read: %v", s.path, err),
+			Hint: "check its owner and permissions (it should be 0600 and yours)",
+			err:  err,
+		}
+	}
+	var doc fileDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, s.unreadable("it", err)
+	}
+	if doc.Version != fileVersion {
+		return nil, &Error{
+			Code: CodeStorageUnreadable,
+			Path: s.path,
+			msg:  fmt.Sprintf("secrets file %s has version %d, this rotor reads version %d; it was left untouched", s.path, doc.Version, fileVersion),
+			Hint: "use the rotor that wrote it, or move the file away and log in again",
+		}
+	}
+	if doc.Secrets == nil {
+		doc.Secrets = map[string]json.RawMessage{}
+	}
+	return &doc, nil
+}
+
+// unreadable reports a parse failure in secrets.json without the JSON
+// error's text, which can quote bytes of a secret.
+func (s *fileStore) unreadable(what string, err error) error {
+	return &Error{
+		Code: CodeStorageUnreadable,
+		Path: s.path,
+		msg:  fmt.Sprintf("secrets file %s cannot be parsed: %s has %s; it was left untouched", s.path, what, jsonErrWhere(err)),
+		Hint: "repair it, or move it away and log in to the accounts again",
+		err:  errors.New("invalid JSON"),
+	}
+}
+
+// write replaces secrets.json atomically; the caller holds the exclusive lock.
+func (s *fileStore) write(doc *fileDoc) (err error) {
+	fail := func(step string, cause error) error {
+		return &Error{
+			Code: CodeStorageWrite,
+			Path: s.path,
+			msg:  fmt.Sprintf("writing secrets file %s failed (%s): %v", s.path, step, cause),
+			err:  cause,
+		}
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		// Only a raw entry that is not JSON can fail here, and read
+		// validated them all; the cause is dropped as it may quote one.
+		return fail("encode", errors.New("invalid entry"))
+	}
+	b = append(b, '\n')
+	s.sweepTemps()
+	f, err := os.CreateTemp(s.dir, tmpPattern)
+	if err != nil {
+		return fail("create temp file", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	// CreateTemp already uses 0600; Chmod states the requirement and covers
+	// platforms where it might not.
+	if err := f.Chmod(0o600); err != nil {
+		return fail("chmod", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		return fail("write", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail("fsync", err)
+	}
+	if err := f.Close(); err != nil {
+		return fail("close", err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fail("rename", err)
+	}
+	// Without this the rename itself may not survive a power loss.
+	if err := syncDir(s.dir); err != nil {
+		return fail("fsync directory", err)
+	}
+	return nil
+}
+
+// sweepTemps removes temp files left by a writer that crashed mid-write.
+// The caller holds the exclusive lock, so no live writer owns one.
+func (s *fileStore) sweepTemps() {
+	matches, _ := filepath.Glob(filepath.Join(s.dir, tmpPattern))
+	for _, m := range matches {
+		os.Remove(m)
+	}
+}
+
+// withLock runs fn holding a shared or exclusive flock on path. The lock
+// is per open file, so it excludes other goroutines of this process as well
+// as other processes, and the kernel drops it if the process dies.
+func withLock(path string, exclusive bool, fn func() error) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return &Error{Code: CodeStorageWrite, Path: path, msg: fmt.Sprintf("cannot open lock file %s: %v", path, err), err: err}
+	}
+	defer f.Close() // closing also releases the lock
+	if err := lockFile(f, exclusive); err != nil {
+		return &Error{Code: CodeStorageWrite, Path: path, msg: fmt.Sprintf("cannot lock %s: %v", path, err), err: err}
+	}
+	return fn()
+}

@@ -1,0 +1,60 @@
+package fakeupstream
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// The fixed bodies below are small and structural, so they live here rather
+// than in testdata/: tests look at their shape, never at their content.
+
+// missingKeyBody is what api.openai.com answers when no bearer token is sent.
+const missingKeyBody = `{"error":{"message":"You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).","type":"invalid_request_error","param":null,"code":null}}`
+
+// openaiModelsBody is GET /v1/models in api.openai.com's list shape.
+const openaiModelsBody = `{"object":"list","data":[` +
+	`{"id":"gpt-5","object":"model","created":1754425777,"owned_by":"system"},` +
+	`{"id":"gpt-5-2025-08-07","object":"model","created":1754425777,"owned_by":"system"},` +
+	`{"id":"gpt-5-mini","object":"model","created":1754425928,"owned_by":"system"},` +
+	`{"id":"gpt-5-codex","object":"model","created":1757527818,"owned_by":"system"},` +
+	`{"id":"gpt-4.1","object":"model","created":1744316542,"owned_by":"system"}]}`
+
+// codexModelsETag is sent with the Codex models list; Codex CLI keeps it to
+// notice when the list changes.
+const codexModelsETag = `W/"fakeupstream-models-1"`
+
+// codexModelsBody is GET /backend-api/codex/models: the Codex backend's own
+// shape, {"models":[ModelInfo...]}, not the OpenAI list (fields as in
+// codex-rs protocol/src/openai_models.rs).
+const codexModelsBody = `{"models":[` +
+	`{"slug":"gpt-5-codex","display_name":"gpt-5-codex","description":"Optimized for coding tasks with many tools.",` +
+	`"default_reasoning_level":"medium","supported_reasoning_levels":[{"effort":"low","description":"Fastest responses with limited reasoning"},{"effort":"medium","description":"Dynamically adjusts reasoning based on the task"},{"effort":"high","description":"Maximizes reasoning depth for complex or ambiguous problems"}],` +
+	`"shell_type":"shell_command","visibility":"list","supported_in_api":true,"priority":1,"upgrade":null,"base_instructions":"",` +
+	`"supports_reasoning_summaries":true,"support_verbosity":false,"default_verbosity":null,"apply_patch_tool_type":"freeform",` +
+	`"truncation_policy":{"mode":"tokens","limit":10000},"supports_parallel_tool_calls":true,"context_window":272000,` +
+	`"experimental_supported_tools":[],"input_modalities":["text","image"]},` +
+	`{"slug":"gpt-5","display_name":"gpt-5","description":"Broad world knowledge with strong general reasoning.",` +
+	`"default_reasoning_level":"medium","supported_reasoning_levels":[{"effort":"minimal","description":"Fastest responses with little reasoning"},{"effort":"low","description":"Balances speed with some reasoning"},{"effort":"medium","description":"Solid balance of reasoning depth and latency"},{"effort":"high","description":"Maximizes reasoning depth for complex or ambiguous problems"}],` +
+	`"shell_type":"default","visibility":"list","supported_in_api":true,"priority":2,"upgrade":null,"base_instructions":"",` +
+	`"supports_reasoning_summaries":true,"support_verbosity":true,"default_verbosity":"low","apply_patch_tool_type":null,` +
+	`"truncation_policy":{"mode":"bytes","limit":10000},"supports_parallel_tool_calls":false,"context_window":272000,` +
+	`"experimental_supported_tools":[],"input_modalities":["text","image"]}]}`
+
+// compactBody is the answer of POST .../responses/compact. Codex CLI only
+// reads "output" (the replacement history: kept user messages plus one opaque
+// "compaction" item); the envelope follows the public /v1/responses/compact
+// resource ("object":"response.compaction", with usage).
+func compactBody(now time.Time) []byte {
+	return []byte(`{"id":"resp_68b1f4c0d2e88190a5b7c3e9f1d2a4660c8f2a7d5e3b1c9a","object":"response.compaction","created_at":` +
+		strconv.FormatInt(now.Unix(), 10) + `,"output":[` +
+		`{"id":"msg_68b1f4c1a0b48190b9d3e5f7a1c2e4880c8f2a7d5e3b1c9a","type":"message","status":"completed","role":"user","content":[{"type":"input_text","text":"Say hello."}]},` +
+		`{"id":"cmp_68b1f4c25e7c8190a2c4e6f8b1d3f5a70c8f2a7d5e3b1c9a","type":"compaction","encrypted_content":"gAAAAABpZmFrZXVwc3RyZWFtLWNvbXBhY3Rpb24tc3VtbWFyeS1ub3QtYS1yZWFsLWNpcGhlcnRleHQ="}],` +
+		`"usage":{"input_tokens":1536,"input_tokens_details":{"cached_tokens":1024},"output_tokens":212,"output_tokens_details":{"reasoning_tokens":128},"total_tokens":1748}}`)
+}
+
+// invalidURLBody is api.openai.com's answer to an unknown path or method.
+func invalidURLBody(method, path string) []byte {
+	msg, _ := json.Marshal("Invalid URL (" + method + " " + path + ")")
+	return []byte(`{"error":{"message":` + string(msg) + `,"type":"invalid_request_error","param":null,"code":null}}`)
+}

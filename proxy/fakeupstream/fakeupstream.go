@@ -1,0 +1,532 @@
+// Package fakeupstream is a fake OpenAI / ChatGPT-Codex upstream for rotor's
+// tests, benchmarks and `make demo`.
+//
+// It speaks the real wire format: Responses API server-sent events replayed
+// from recorded fixtures under testdata/sse/, and the error bodies the real
+// servers send, from testdata/errors/. How it answers is chosen per bearer
+// token (see Behavior), so one fake can stand behind several accounts at once:
+// one account rate-limited, one stalling, one healthy.
+//
+// It is built on the standard library's net/http on purpose: the proxy uses
+// fasthttp, and testing it against an independent HTTP implementation catches
+// framing bugs that a fasthttp-on-both-ends test would hide.
+//
+// Every wait inside the fake (event delays, stalls, hung headers) selects on
+// the request's context and on Close, so a client that goes away always ends
+// the upstream request and no goroutine outlives the server.
+package fakeupstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// maxRecorded bounds Requests(): the fake keeps the last this many
+	// requests, so long benchmarks do not grow without limit.
+	maxRecorded = 1000
+
+	// defaultStream is the success stream served when Behavior.Stream is empty.
+	defaultStream = "hello.sse"
+
+	// defaultResetIn fills the reset placeholders when Behavior.ResetIn is 0;
+	// 60 s matches the proxy's own default rate-limit cooldown (§4).
+	defaultResetIn = 60 * time.Second
+
+	// closeWait bounds how long Close waits for in-flight handlers to return.
+	closeWait = 5 * time.Second
+
+	// Placeholders that fixtures may contain; they are replaced at serve time
+	// so reset times are always in the future relative to the request.
+	placeholderResetsAt = "{{RESETS_AT}}" // unix seconds: now + ResetIn
+	placeholderResetsIn = "{{RESETS_IN}}" // seconds: ResetIn, rounded up
+
+	chatgptPrefix = "/backend-api"
+	openaiPrefix  = "/v1"
+)
+
+// Behavior says how the fake answers requests that carry a given bearer token.
+//
+// The zero value is the default success behaviour: hello.sse as a stream (or
+// as one JSON Response when the API-style route is called without
+// "stream":true), no delays, no faults.
+//
+// HangHeaders and error statuses apply to every route. The stream faults
+// (EventDelay, StallAfter, ResetAfter) also shape the non-streaming answer of
+// POST /v1/responses: the JSON comes after the time the stream would have
+// taken, StallAfter hangs and ResetAfter resets before any header. Compaction
+// and models answers ignore them.
+type Behavior struct {
+	// Status selects success or failure. 0, 200 or any value below 400 means
+	// success (always answered with 200). 400 and above is an error answer
+	// with this status and the body of ErrorFixture.
+	Status int
+	// ErrorFixture is a file name under testdata/errors/ served as the body
+	// when Status >= 400. When empty, a default is picked by status: 400
+	// bad_request_400.json, 401 unauthorized_401.json, 402
+	// deactivated_workspace_402.json, 403 cloudflare_403.html, 404
+	// usage_limit_404.json, 429 usage_limit_429.json, anything else
+	// server_error_500.json.
+	ErrorFixture string
+	// Stream is the success fixture under testdata/sse/ (default "hello.sse").
+	Stream string
+	// Headers are extra response headers (e.g. retry-after,
+	// x-codex-primary-used-percent), set on success and error answers alike.
+	// Values may contain {{RESETS_AT}} and {{RESETS_IN}}.
+	Headers map[string]string
+	// ResetIn fills {{RESETS_AT}} (now+ResetIn, unix seconds) and
+	// {{RESETS_IN}} (seconds) in bodies, events and Headers (default 60 s).
+	ResetIn time.Duration
+	// EventDelay is slept before each SSE event after the first, so the
+	// client can observe that events arrive one by one.
+	EventDelay time.Duration
+	// StallAfter > 0: after this many events the fake stops sending but keeps
+	// the connection open until the client goes away (or Close). When it is
+	// at least the number of events, the stall comes after the last event,
+	// instead of ending the response.
+	StallAfter int
+	// ResetAfter > 0: after this many events the fake aborts the connection
+	// with a TCP reset (no terminating chunk), like a dropped upstream. When
+	// it is at least the number of events, the reset replaces the clean end.
+	// If both are set, whichever comes first wins (the reset on a tie).
+	ResetAfter int
+	// HangHeaders: never send a status line or headers; wait until the client
+	// goes away (or Close). Models an upstream that accepts and goes silent.
+	HangHeaders bool
+}
+
+// Recorded is a copy of one request the fake received.
+type Recorded struct {
+	Method   string
+	Path     string
+	RawQuery string
+	Header   http.Header
+	Body     []byte
+	// Token is the bearer token of the Authorization header, "" when absent.
+	Token string
+}
+
+// Server is the fake upstream. Create it with New, configure it with Set and
+// SetDefault (at any time, also while serving), then Start it. All methods
+// are safe for concurrent use.
+type Server struct {
+	dir string
+
+	mu        sync.Mutex
+	behaviors map[string]Behavior
+	def       Behavior
+	ring      []Recorded // last maxRecorded requests, oldest at ring[head] once full
+	head      int
+	counts    map[string]int
+	srv       *http.Server
+	ln        net.Listener
+	serveDone chan struct{}
+	closed    bool
+
+	fixtures fixtureCache
+
+	open atomic.Int64
+	// done is closed by Close so every wait in a handler ends at once, even
+	// before net/http notices the closed connection.
+	done chan struct{}
+}
+
+// New returns a server that reads its fixtures from testdataDir (the repo's
+// testdata directory: tests pass "../../testdata"). Fixtures are loaded on
+// first use and cached; a missing fixture is reported to the client as a 500
+// whose body names the file, so a typo fails the test loudly.
+func New(testdataDir string) *Server {
+	return &Server{
+		dir:       testdataDir,
+		behaviors: make(map[string]Behavior),
+		counts:    make(map[string]int),
+		fixtures:  fixtureCache{dir: testdataDir},
+		done:      make(chan struct{}),
+	}
+}
+
+// Start listens on addr (e.g. "127.0.0.1:0"; "" means that) and serves in the
+// background until Close. It fails if the address cannot be bound, or if the
+// server was already started or closed.
+func (s *Server) Start(addr string) error {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("fakeupstream: server is closed")
+	}
+	if s.srv != nil {
+		return errors.New("fakeupstream: server already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(s.handle),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	s.serveDone = make(chan struct{})
+	srv, done := s.srv, s.serveDone
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // returns http.ErrServerClosed on Close
+	}()
+	return nil
+}
+
+// URL is the server's base URL, "http://127.0.0.1:PORT", or "" before Start.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return "http://" + s.ln.Addr().String()
+}
+
+// ChatGPTBase is URL()+"/backend-api", the value for ROTOR_CHATGPT_BASE_URL.
+func (s *Server) ChatGPTBase() string { return s.URL() + chatgptPrefix }
+
+// OpenAIBase is URL()+"/v1", the value for ROTOR_OPENAI_BASE_URL.
+func (s *Server) OpenAIBase() string { return s.URL() + openaiPrefix }
+
+// Set makes requests whose Authorization is "Bearer <token>" answered with b.
+// It applies to requests that arrive after the call. Tokens never Set get the
+// default behaviour (see SetDefault).
+func (s *Server) Set(token string, b Behavior) {
+	b.Headers = maps.Clone(b.Headers)
+	s.mu.Lock()
+	s.behaviors[token] = b
+	s.mu.Unlock()
+}
+
+// SetDefault sets the behaviour for tokens that were never Set (initially the
+// zero Behavior: success with hello.sse).
+func (s *Server) SetDefault(b Behavior) {
+	b.Headers = maps.Clone(b.Headers)
+	s.mu.Lock()
+	s.def = b
+	s.mu.Unlock()
+}
+
+// Requests returns copies of the recorded requests, oldest first: every
+// request that reached the server, including unauthenticated and unrouted
+// ones, bounded to the last 1000. Callers may modify the result freely.
+func (s *Server) Requests() []Recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Recorded, 0, len(s.ring))
+	n := len(s.ring)
+	for i := range n {
+		r := s.ring[(s.head+i)%n]
+		r.Header = r.Header.Clone()
+		r.Body = bytes.Clone(r.Body)
+		out = append(out, r)
+	}
+	return out
+}
+
+// Count is how many requests have arrived with that bearer token ("" counts
+// requests without one). It is not bounded like Requests.
+func (s *Server) Count(token string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[token]
+}
+
+// Open is the number of requests currently being handled. Tests use it to
+// check that a client that went away also ended the upstream request: it
+// drops back as soon as the handler notices the disconnect.
+func (s *Server) Open() int { return int(s.open.Load()) }
+
+// Close stops the listener, ends every in-flight request (stalled and hung
+// ones included) and waits, up to 5 s, for their handlers to return. It is
+// safe to call more than once and before Start.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	srv, serveDone := s.srv, s.serveDone
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Close()
+	<-serveDone
+	deadline := time.Now().Add(closeWait)
+	for s.open.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return err
+}
+
+// behavior returns the behaviour for token.
+func (s *Server) behavior(token string) Behavior {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.behaviors[token]; ok {
+		return b
+	}
+	return s.def
+}
+
+// record stores a copy of the request in the bounded ring and counts it.
+func (s *Server) record(rec Recorded) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counts[rec.Token]++
+	if len(s.ring) < maxRecorded {
+		s.ring = append(s.ring, rec)
+		return
+	}
+	s.ring[s.head] = rec
+	s.head = (s.head + 1) % maxRecorded
+}
+
+// requestBody is the part of a Responses request the fake looks at.
+type requestBody struct {
+	Model  string `json:"model"`
+	Stream *bool  `json:"stream"`
+}
+
+// handle is the single entry point: record, authenticate, apply the token's
+// behaviour, then route.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	s.open.Add(1)
+	defer s.open.Add(-1)
+
+	// Reading the whole body also lets net/http start its background read,
+	// which is what cancels r.Context() when the client disconnects.
+	body, _ := io.ReadAll(r.Body)
+	token := bearer(r.Header.Get("Authorization"))
+	s.record(Recorded{
+		Method:   r.Method,
+		Path:     r.URL.Path,
+		RawQuery: r.URL.RawQuery,
+		Header:   r.Header.Clone(),
+		Body:     body,
+		Token:    token,
+	})
+
+	w.Header().Set("x-request-id", newRequestID())
+	if token == "" {
+		writeJSON(w, http.StatusUnauthorized, []byte(missingKeyBody))
+		return
+	}
+
+	b := s.behavior(token)
+	if b.HangHeaders {
+		s.wait(r.Context(), 0)
+		return
+	}
+	resetIn := b.ResetIn
+	if resetIn == 0 {
+		resetIn = defaultResetIn
+	}
+	fill := newFiller(time.Now(), resetIn)
+	for k, v := range b.Headers {
+		w.Header().Set(k, fill.string(v))
+	}
+	if b.Status >= 400 {
+		s.serveError(w, b, fill)
+		return
+	}
+
+	var req requestBody
+	if len(body) > 0 {
+		_ = json.Unmarshal(body, &req) // a body that is not JSON reads as no model, no stream
+	}
+	stream := req.Stream != nil && *req.Stream
+	streamName := b.Stream
+	if streamName == "" {
+		streamName = defaultStream
+	}
+
+	path := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && path == chatgptPrefix+"/codex/responses":
+		// The Codex backend only streams; anything else is refused the way it
+		// refuses it.
+		if !stream {
+			s.serveFixtureError(w, http.StatusBadRequest, "stream_required_400.json", fill)
+			return
+		}
+		s.serveStream(w, r, b, streamName, req.Model, fill)
+	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
+		if stream {
+			s.serveStream(w, r, b, streamName, req.Model, fill)
+		} else {
+			s.serveAssembled(w, r, b, streamName, req.Model, fill)
+		}
+	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
+		writeJSON(w, http.StatusOK, compactBody(time.Now()))
+	case r.Method == http.MethodGet && path == chatgptPrefix+"/codex/models":
+		w.Header().Set("ETag", codexModelsETag)
+		writeJSON(w, http.StatusOK, []byte(codexModelsBody))
+	case r.Method == http.MethodGet && path == openaiPrefix+"/models":
+		writeJSON(w, http.StatusOK, []byte(openaiModelsBody))
+	case strings.HasPrefix(path, chatgptPrefix+"/"):
+		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
+	default:
+		writeJSON(w, http.StatusNotFound, invalidURLBody(r.Method, path))
+	}
+}
+
+// serveError answers with b.Status and its error fixture.
+func (s *Server) serveError(w http.ResponseWriter, b Behavior, fill filler) {
+	name := b.ErrorFixture
+	if name == "" {
+		name = defaultErrorFixture(b.Status)
+	}
+	s.serveFixtureError(w, b.Status, name, fill)
+}
+
+// serveFixtureError writes testdata/errors/name with status. HTML fixtures
+// are Cloudflare challenge pages and carry the header that marks them, unless
+// Behavior.Headers already set it.
+func (s *Server) serveFixtureError(w http.ResponseWriter, status int, name string, fill filler) {
+	raw, err := s.fixtures.raw("errors/" + name)
+	if err != nil {
+		fixtureMissing(w, err)
+		return
+	}
+	h := w.Header()
+	if strings.HasSuffix(name, ".html") {
+		h.Set("Content-Type", "text/html; charset=UTF-8")
+		if h.Get("cf-mitigated") == "" {
+			h.Set("cf-mitigated", "challenge")
+		}
+		if h.Get("Server") == "" {
+			h.Set("Server", "cloudflare")
+		}
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	body := fill.bytes(raw)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// wait blocks for d (d <= 0: until the end), the request's end, or Close. It
+// reports whether the full duration elapsed.
+func (s *Server) wait(ctx context.Context, d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-timeout:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	}
+}
+
+// defaultErrorFixture picks the error body for a Status without ErrorFixture.
+func defaultErrorFixture(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "bad_request_400.json"
+	case http.StatusUnauthorized:
+		return "unauthorized_401.json"
+	case http.StatusPaymentRequired:
+		return "deactivated_workspace_402.json"
+	case http.StatusForbidden:
+		return "cloudflare_403.html"
+	case http.StatusNotFound:
+		return "usage_limit_404.json"
+	case http.StatusTooManyRequests:
+		return "usage_limit_429.json"
+	default:
+		return "server_error_500.json"
+	}
+}
+
+// bearer extracts the token of an "Authorization: Bearer <token>" value.
+func bearer(v string) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// newRequestID returns an upstream-style request id ("req_" + 32 hex).
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// writeJSON writes a complete JSON answer.
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// fixtureMissing reports a fixture that could not be read. It is a 500 with
+// a body naming the problem, never a panic, so the failing test says why.
+func fixtureMissing(w http.ResponseWriter, err error) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": "fakeupstream: " + err.Error(),
+		"type":    "server_error",
+		"param":   nil,
+		"code":    "fakeupstream_fixture_missing",
+	}})
+	writeJSON(w, http.StatusInternalServerError, body)
+}
+
+// filler replaces the time placeholders for one request.
+type filler struct {
+	resetsAt string
+	resetsIn string
+}
+
+func newFiller(now time.Time, resetIn time.Duration) filler {
+	secs := int64((resetIn + time.Second - 1) / time.Second) // round up: never claim an earlier reset
+	return filler{
+		resetsAt: strconv.FormatInt(now.Add(resetIn).Unix(), 10),
+		resetsIn: strconv.FormatInt(secs, 10),
+	}
+}
+
+func (f filler) bytes(b []byte) []byte {
+	if !bytes.Contains(b, []byte("{{")) {
+		return b
+	}
+	b = bytes.ReplaceAll(b, []byte(placeholderResetsAt), []byte(f.resetsAt))
+	return bytes.ReplaceAll(b, []byte(placeholderResetsIn), []byte(f.resetsIn))
+}
+
+func (f filler) string(v string) string {
+	v = strings.ReplaceAll(v, placeholderResetsAt, f.resetsAt)
+	return strings.ReplaceAll(v, placeholderResetsIn, f.resetsIn)
+}

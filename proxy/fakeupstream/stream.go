@@ -1,0 +1,299 @@
+package fakeupstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// event is one server-sent event of a fixture.
+type event struct {
+	typ  string
+	raw  []byte // the event exactly as in the fixture: "event: T\ndata: {...}\n\n"
+	data []byte // its data payload
+}
+
+// sseFixture is a parsed stream fixture.
+type sseFixture struct {
+	events []event
+	// model is the response.model the fixture was recorded with, replaced by
+	// the request's model at serve time ("" when no event carries one).
+	model string
+}
+
+// fixtureCache loads fixtures lazily and keeps them: tests and benchmarks
+// serve the same few files thousands of times. Failed loads are not cached.
+type fixtureCache struct {
+	dir     string
+	mu      sync.Mutex
+	raws    map[string][]byte
+	streams map[string]*sseFixture
+}
+
+// raw returns the bytes of dir/name. name is slash-separated and must stay
+// inside dir.
+func (c *fixtureCache) raw(name string) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.raws[name]; ok {
+		return b, nil
+	}
+	local := filepath.FromSlash(name)
+	if !filepath.IsLocal(local) {
+		return nil, fmt.Errorf("fixture name %q leaves the testdata directory", name)
+	}
+	b, err := os.ReadFile(filepath.Join(c.dir, local))
+	if err != nil {
+		return nil, fmt.Errorf("fixture %s: %w", name, err)
+	}
+	if c.raws == nil {
+		c.raws = make(map[string][]byte)
+	}
+	c.raws[name] = b
+	return b, nil
+}
+
+// stream returns the parsed SSE fixture dir/name.
+func (c *fixtureCache) stream(name string) (*sseFixture, error) {
+	c.mu.Lock()
+	fx, ok := c.streams[name]
+	c.mu.Unlock()
+	if ok {
+		return fx, nil
+	}
+	raw, err := c.raw(name)
+	if err != nil {
+		return nil, err
+	}
+	fx, err = parseSSE(raw)
+	if err != nil {
+		return nil, fmt.Errorf("fixture %s: %w", name, err)
+	}
+	c.mu.Lock()
+	if c.streams == nil {
+		c.streams = make(map[string]*sseFixture)
+	}
+	c.streams[name] = fx
+	c.mu.Unlock()
+	return fx, nil
+}
+
+// parseSSE splits a fixture into events. Events are separated by a blank
+// line; each keeps its original bytes so the fake replays exactly what was
+// recorded.
+func parseSSE(raw []byte) (*sseFixture, error) {
+	raw = bytes.ReplaceAll(raw, []byte("\r\n"), []byte("\n"))
+	fx := &sseFixture{}
+	for block := range bytes.SplitSeq(raw, []byte("\n\n")) {
+		block = bytes.Trim(block, "\n")
+		if len(block) == 0 {
+			continue
+		}
+		ev := event{raw: append(append([]byte(nil), block...), '\n', '\n')}
+		var data [][]byte
+		for line := range bytes.SplitSeq(block, []byte("\n")) {
+			switch {
+			case bytes.HasPrefix(line, []byte("event:")):
+				ev.typ = string(bytes.TrimSpace(line[len("event:"):]))
+			case bytes.HasPrefix(line, []byte("data:")):
+				d := line[len("data:"):]
+				d = bytes.TrimPrefix(d, []byte(" "))
+				data = append(data, d)
+			}
+		}
+		ev.data = bytes.Join(data, []byte("\n"))
+		if ev.typ == "" {
+			// A data-only event: its type is the payload's "type".
+			var t struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal(ev.data, &t)
+			ev.typ = t.Type
+		}
+		if fx.model == "" {
+			var m struct {
+				Response struct {
+					Model string `json:"model"`
+				} `json:"response"`
+			}
+			if json.Unmarshal(ev.data, &m) == nil {
+				fx.model = m.Response.Model
+			}
+		}
+		fx.events = append(fx.events, ev)
+	}
+	if len(fx.events) == 0 {
+		return nil, errors.New("no events")
+	}
+	return fx, nil
+}
+
+// modelEcho returns a function that rewrites the fixture's model to the
+// requested one, as a real server reports the model it was asked for. A plain
+// substitution of the `"model":"<fixture model>"` pair is enough here: the
+// fixtures are compact JSON and the fake is not performance critical.
+func modelEcho(fixtureModel, requested string) func([]byte) []byte {
+	if fixtureModel == "" || requested == "" || fixtureModel == requested {
+		return func(b []byte) []byte { return b }
+	}
+	oldQ, _ := json.Marshal(fixtureModel)
+	newQ, _ := json.Marshal(requested)
+	from := append([]byte(`"model":`), oldQ...)
+	to := append([]byte(`"model":`), newQ...)
+	return func(b []byte) []byte { return bytes.ReplaceAll(b, from, to) }
+}
+
+// eventLimit turns a StallAfter/ResetAfter setting into the event index at
+// which it fires: -1 for never, and at most n (after the last event).
+func eventLimit(after, n int) int {
+	if after <= 0 {
+		return -1
+	}
+	return min(after, n)
+}
+
+// serveStream replays an SSE fixture, one flushed write per event.
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
+	fx, err := s.fixtures.stream("sse/" + name)
+	if err != nil {
+		fixtureMissing(w, err)
+		return
+	}
+	ctx := r.Context()
+	rc := http.NewResponseController(w)
+	echo := modelEcho(fx.model, model)
+	n := len(fx.events)
+	stallAt, resetAt := eventLimit(b.StallAfter, n), eventLimit(b.ResetAfter, n)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	for i := 0; ; i++ {
+		if i == resetAt {
+			abortConn(rc)
+			return
+		}
+		if i == stallAt {
+			// Headers and earlier events are already flushed; now go silent
+			// with the connection open, as a stuck upstream does.
+			s.wait(ctx, 0)
+			return
+		}
+		if i == n {
+			return
+		}
+		if i > 0 && b.EventDelay > 0 && !s.wait(ctx, b.EventDelay) {
+			return
+		}
+		if _, err := w.Write(echo(fill.bytes(fx.events[i].raw))); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// failedBody is the error a non-streaming request gets when the fixture's
+// response failed, in the api.openai.com error shape.
+type failedBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+// serveAssembled answers a non-streaming API-style request with the single
+// Response object of the fixture's response.completed event, as
+// api.openai.com does for "stream":false. The stream faults map onto it:
+// EventDelay delays the answer by the time the stream would have taken,
+// StallAfter hangs before the headers, ResetAfter resets before the headers.
+// A fixture ending in response.failed becomes the error status and body the
+// API sends (503 for overload codes, else 500).
+func (s *Server) serveAssembled(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
+	fx, err := s.fixtures.stream("sse/" + name)
+	if err != nil {
+		fixtureMissing(w, err)
+		return
+	}
+	ctx := r.Context()
+	switch {
+	case b.ResetAfter > 0:
+		abortConn(http.NewResponseController(w))
+		return
+	case b.StallAfter > 0:
+		s.wait(ctx, 0)
+		return
+	case b.EventDelay > 0 && len(fx.events) > 1:
+		if !s.wait(ctx, b.EventDelay*time.Duration(len(fx.events)-1)) {
+			return
+		}
+	}
+	echo := modelEcho(fx.model, model)
+	for _, ev := range fx.events {
+		switch ev.typ {
+		case "response.completed":
+			var env struct {
+				Response json.RawMessage `json:"response"`
+			}
+			if err := json.Unmarshal(echo(fill.bytes(ev.data)), &env); err != nil || len(env.Response) == 0 {
+				fixtureMissing(w, fmt.Errorf("fixture sse/%s: response.completed has no response object", name))
+				return
+			}
+			writeJSON(w, http.StatusOK, env.Response)
+			return
+		case "response.failed":
+			var env struct {
+				Response struct {
+					Error struct {
+						Code    string `json:"code"`
+						Message string `json:"message"`
+					} `json:"error"`
+				} `json:"response"`
+			}
+			_ = json.Unmarshal(fill.bytes(ev.data), &env)
+			var out failedBody
+			out.Error.Message = env.Response.Error.Message
+			out.Error.Type = "server_error"
+			status := http.StatusInternalServerError
+			if code := env.Response.Error.Code; code != "" {
+				out.Error.Code = &code
+				if code == "server_is_overloaded" || code == "slow_down" {
+					status = http.StatusServiceUnavailable
+				}
+			}
+			body, _ := json.Marshal(out)
+			writeJSON(w, status, body)
+			return
+		}
+	}
+	fixtureMissing(w, fmt.Errorf("fixture sse/%s: no response.completed or response.failed event", name))
+}
+
+// abortConn drops the connection with a TCP reset: no terminating chunk, no
+// FIN handshake, the way a crashed upstream or a middlebox kill looks to the
+// client. If the connection cannot be hijacked it still aborts, through the
+// panic net/http reserves for exactly this.
+func abortConn(rc *http.ResponseController) {
+	// Hijack itself flushes whatever was written, so the events sent so far
+	// reach the client before the reset; nothing is written when no header
+	// was (the reset then comes before any status line).
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // close sends RST instead of FIN
+	}
+	_ = conn.Close()
+}
