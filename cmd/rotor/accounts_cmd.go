@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+func cmdAddKey(a *app, args []string) error {
+	fs := a.flags("add-key")
+	label := fs.String("label", "", "a name for the account")
+	base := fs.String("base-url", "", "an OpenAI-compatible base URL (default ROTOR_OPENAI_BASE_URL)")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	if *base != "" {
+		if u, err := url.Parse(*base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return rerr.Validation("base-url", "Invalid --base-url: "+*base+" (want http(s)://host/path)")
+		}
+		*base = strings.TrimRight(*base, "/")
+	}
+	key, err := readKey(a.stdin)
+	if err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	sec, err := a.secrets(st.Dir())
+	if err != nil {
+		return err
+	}
+	var idx int
+	var acct accounts.Account
+	_, err = st.Update(func(p *accounts.Pool) error {
+		idx = p.AddAPIKey(*label, *base, time.Now())
+		acct = *p.At(idx)
+		// Under the store lock: the account appears only once its key is stored.
+		return sec.Set(acct.ID, secrets.Secret{APIKey: key})
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "Added API-key account %d (%s).\n", idx, acct.Label)
+	return nil
+}
+
+// readKey reads an API key from stdin: the first line, trimmed. Keys never
+// come from argv, where other users could read them.
+func readKey(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, 64<<10)).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return "", rerr.Validation("key", "cannot read the API key from stdin: "+err.Error())
+	}
+	key := strings.TrimSpace(line)
+	if key == "" {
+		return "", rerr.Validation("key", "No API key on stdin. Usage: printf '%s' \"$KEY\" | rotor add-key [--label L]")
+	}
+	if strings.ContainsAny(key, " \t\r\n") {
+		return "", rerr.Validation("key", "The API key on stdin contains spaces; pass exactly one key")
+	}
+	return key, nil
+}
+
+func cmdImport(a *app, args []string) error {
+	fs := a.flags("import")
+	file := fs.String("file", "", "path of the Codex auth.json (default $CODEX_HOME/auth.json, else ~/.codex/auth.json)")
+	label := fs.String("label", "", "a name for the account (default its email)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] != "codex" {
+		return rerr.Validation("source", "Usage: rotor import codex [--file PATH] [--label L]")
+	}
+	path := *file
+	if path == "" {
+		path = accounts.CodexAuthPath(a.getenv)
+	}
+	tok, err := accounts.ReadCodexAuth(path)
+	if err != nil {
+		return err
+	}
+	id := tok.Identity()
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	sec, err := a.secrets(st.Dir())
+	if err != nil {
+		return err
+	}
+	var idx int
+	var created bool
+	var acct accounts.Account
+	_, err = st.Update(func(p *accounts.Pool) error {
+		idx, created = p.UpsertChatGPT(id, *label, time.Now())
+		acct = *p.At(idx)
+		return sec.Set(acct.ID, secrets.Secret{
+			AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
+		})
+	})
+	if err != nil {
+		return err
+	}
+	verb := "Updated"
+	if created {
+		verb = "Imported"
+	}
+	fmt.Fprintf(a.stdout, "%s ChatGPT account %d (%s, plan %s) from %s.\n", verb, idx, orDash(acct.Email), orDash(acct.PlanType), path)
+	return nil
+}
+
+// indexArg reads the single <index> argument of remove/enable/disable/switch.
+func (a *app) indexArg(name string, args []string) (string, error) {
+	pos, err := parse(a.flags(name), args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) == 0 {
+		return "", rerr.Validation("index", fmt.Sprintf("Missing index. Usage: rotor %s <index>", name))
+	}
+	if len(pos) > 1 {
+		return "", rerr.Validation("index", fmt.Sprintf("Too many arguments. Usage: rotor %s <index>", name))
+	}
+	return pos[0], nil
+}
+
+// updateAt runs fn on the account named by the <index> argument under the
+// store lock and prints done.
+func (a *app) updateAt(name string, args []string, fn func(p *accounts.Pool, i int) (string, error)) error {
+	arg, err := a.indexArg(name, args)
+	if err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	var msg string
+	_, err = st.Update(func(p *accounts.Pool) error {
+		i, err := p.ParseIndex(arg)
+		if err != nil {
+			return err
+		}
+		msg, err = fn(p, i)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, msg)
+	return nil
+}
+
+func cmdRemove(a *app, args []string) error {
+	var removed accounts.Account
+	err := a.updateAt("remove", args, func(p *accounts.Pool, i int) (string, error) {
+		removed = p.Remove(i)
+		return fmt.Sprintf("Removed account %d (%s).", i, removed.Label), nil
+	})
+	if err != nil {
+		return err
+	}
+	// After the store write: a crash in between leaves an orphaned secret,
+	// which "rotor fix" removes, never an account without its secret.
+	st, _ := a.store()
+	sec, err := a.secrets(st.Dir())
+	if err == nil {
+		err = sec.Delete(removed.ID)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "warning: the account is removed but its secret could not be deleted (%v); \"rotor fix\" removes orphaned secrets\n", err)
+	}
+	return nil
+}
+
+func cmdEnable(a *app, args []string) error {
+	return a.updateAt("enable", args, func(p *accounts.Pool, i int) (string, error) {
+		p.At(i).Enabled = true
+		return fmt.Sprintf("Enabled account %d (%s).", i, p.At(i).Label), nil
+	})
+}
+
+func cmdDisable(a *app, args []string) error {
+	return a.updateAt("disable", args, func(p *accounts.Pool, i int) (string, error) {
+		p.At(i).Enabled = false
+		return fmt.Sprintf("Disabled account %d (%s).", i, p.At(i).Label), nil
+	})
+}
+
+func cmdSwitch(a *app, args []string) error {
+	return a.updateAt("switch", args, func(p *accounts.Pool, i int) (string, error) {
+		id := p.At(i).ID
+		p.PinnedAccountID = &id
+		p.AffinityGeneration++
+		msg := fmt.Sprintf("Pinned account %d (%s): every rotor proxy on this home uses only it until \"rotor unpin\".", i, p.At(i).Label)
+		if !p.At(i).Enabled {
+			msg += "\nwarning: that account is disabled; requests will fail until you enable it."
+		}
+		return msg, nil
+	})
+}
+
+func cmdUnpin(a *app, args []string) error {
+	if _, err := parse(a.flags("unpin"), args); err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	was := false
+	_, err = st.Update(func(p *accounts.Pool) error {
+		was = p.PinnedAccountID != nil
+		p.PinnedAccountID = nil
+		p.AffinityGeneration++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if was {
+		fmt.Fprintln(a.stdout, "Unpinned: rotor rotates between accounts again.")
+	} else {
+		fmt.Fprintln(a.stdout, "Nothing was pinned; rotor rotates between accounts.")
+	}
+	return nil
+}
+
+// listAccount is one account in `rotor list --json` (SPEC §3).
+type listAccount struct {
+	Index         int     `json:"index"`
+	ID            string  `json:"id"`
+	Label         string  `json:"label"`
+	Kind          string  `json:"kind"`
+	Email         string  `json:"email"`
+	PlanType      string  `json:"plan_type"`
+	Enabled       bool    `json:"enabled"`
+	FlaggedReason *string `json:"flagged_reason"`
+	Pinned        bool    `json:"pinned"`
+	State         string  `json:"state"`
+	Until         *string `json:"until"`
+}
+
+func cmdList(a *app, args []string) error {
+	fs := a.flags("status")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	pool, err := st.Load()
+	if err != nil {
+		return err
+	}
+	sel, err := a.runtime(st, pool)
+	if err != nil {
+		return err
+	}
+	rows := sel.Status()
+	if *asJSON {
+		out := struct {
+			Command            string        `json:"command"`
+			PinnedAccountIndex *int          `json:"pinned_account_index"`
+			Accounts           []listAccount `json:"accounts"`
+		}{Command: "status", PinnedAccountIndex: nonZero(pool.Pinned()), Accounts: []listAccount{}}
+		for _, r := range rows {
+			out.Accounts = append(out.Accounts, listAccount{
+				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
+				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
+				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: rfc3339(r.Until),
+			})
+		}
+		return a.printJSON(out)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(a.stdout, "No accounts yet. Add one with \"rotor import codex\", \"rotor login\" or \"rotor add-key\".")
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tSTATE\tLABEL\tKIND\tEMAIL\tPLAN")
+	for _, r := range rows {
+		pin := " "
+		if r.Pinned {
+			pin = "*"
+		}
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, stateText(r), r.Account.Label,
+			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType))
+	}
+	tw.Flush()
+	if p := pool.Pinned(); p > 0 {
+		fmt.Fprintf(a.stdout, "\n* pinned: every proxy uses only account %d (\"rotor unpin\" to rotate).\n", p)
+	}
+	return nil
+}
+
+// stateText is an account's state with its reason and how long it lasts.
+func stateText(r rotation.AccountStatus) string {
+	s := r.State
+	if r.State == rotation.SkipFlagged && r.Reason != "" {
+		s += ":" + r.Reason
+	}
+	if !r.Until.IsZero() {
+		s += " for " + roundDur(time.Until(r.Until))
+	}
+	return s
+}
+
+func roundDur(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Hour {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
+
+func nonZero(i int) *int {
+	if i == 0 {
+		return nil
+	}
+	return &i
+}
+
+func rfc3339(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339)
+	return &s
+}

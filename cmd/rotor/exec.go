@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	rerr "github.com/rotorproxy/rotor/errors"
+)
+
+// exitError carries a child's exit status out of exec.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func cmdExec(a *app, args []string) error {
+	fs := a.flags("exec")
+	var o proxyOptions
+	o.register(fs, false)
+	o.host, o.port = "127.0.0.1", 0
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return rerr.Validation("command", "Missing command. Usage: rotor exec [--account SEL] -- CMD [ARGS]")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return rerr.Validation("command", "Cannot run "+argv[0]+": "+err.Error())
+	}
+	// Proxy logs go to stderr only when asked for; by default the child
+	// owns the terminal.
+	logOut := a.stderr
+	if o.logLevel == "info" {
+		o.logLevel = "warn"
+	}
+	r, err := a.startProxy(o, logOut)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+
+	child := exec.Command(path, append(codexOverrides(argv[0], r.url), argv[1:]...)...)
+	child.Stdin, child.Stdout, child.Stderr = a.stdin, a.stdout, a.stderr
+	child.Env = append(os.Environ(), "OPENAI_BASE_URL="+r.url, "OPENAI_API_KEY="+r.key)
+	// The child gets the terminal's signals itself; rotor only waits.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
+	err = child.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code := ee.ExitCode()
+		if code < 0 {
+			code = 1 // killed by a signal
+		}
+		r.stop()
+		return &exitError{code: code}
+	}
+	return err
+}
+
+// codexOverrides are the -c flags that make Codex CLI talk to the proxy
+// through a "rotor" model provider (SPEC §3 exec); other commands get none.
+func codexOverrides(cmd, url string) []string {
+	if filepath.Base(cmd) != "codex" {
+		return nil
+	}
+	return []string{
+		"-c", `model_provider="rotor"`,
+		"-c", `model_providers.rotor.name="rotor"`,
+		"-c", fmt.Sprintf("model_providers.rotor.base_url=%q", url),
+		"-c", `model_providers.rotor.wire_api="responses"`,
+		"-c", `model_providers.rotor.env_key="OPENAI_API_KEY"`,
+		"-c", `model_providers.rotor.requires_openai_auth=false`,
+	}
+}

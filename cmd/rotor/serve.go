@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// proxyOptions are the flags serve and exec share.
+type proxyOptions struct {
+	host         string
+	port         int
+	account      string
+	maxBody      int
+	maxAttempts  int
+	stallTimeout time.Duration
+	logFormat    string
+	logLevel     string
+}
+
+func (o *proxyOptions) register(fs interface {
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+}, serve bool) {
+	if serve {
+		fs.StringVar(&o.host, "host", "127.0.0.1", "loopback address to listen on (127.0.0.0/8, ::1 or localhost)")
+		fs.IntVar(&o.port, "port", 8787, "port to listen on (0 picks a free one)")
+	}
+	fs.StringVar(&o.account, "account", "", "use only this account (index, id, label or email) in this process")
+	fs.IntVar(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body accepted, in bytes")
+	fs.IntVar(&o.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "most accounts tried for one request")
+	fs.DurationVar(&o.stallTimeout, "stall-timeout", proxy.DefaultStallTimeout, "cut a stream after this long without a byte")
+	fs.StringVar(&o.logFormat, "log-format", "auto", "auto, json or console")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// running is a proxy serving in this process.
+type running struct {
+	url     string
+	key     string
+	home    string
+	srv     *proxy.Server
+	cancel  context.CancelFunc
+	watched sync.WaitGroup
+	served  chan error
+	usage   *rotation.UsageLog
+	once    sync.Once
+	err     error
+}
+
+// startProxy wires the store, secrets, runtime state and selector to a
+// proxy listening on loopback, and starts serving.
+func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
+	if !proxy.LoopbackHost(o.host) {
+		return nil, rerr.Validation("host", fmt.Sprintf("Refusing --host %s: rotor serves loopback only (127.0.0.0/8, ::1 or localhost).", o.host))
+	}
+	log, err := newLogger(logOut, o.logFormat, o.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	st, err := a.store()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := st.Load()
+	if err != nil {
+		return nil, err
+	}
+	sec, err := a.secrets(st.Dir())
+	if err != nil {
+		return nil, err
+	}
+	clock := rotation.SystemClock{}
+	rt := rotation.NewRuntime(st.Dir(), clock)
+	var seed [8]byte
+	rand.Read(seed[:])
+	sel := rotation.NewSelector(rt, clock, binary.LittleEndian.Uint64(seed[:]))
+	sel.SetPool(pool)
+	if o.account != "" {
+		i, err := pool.Resolve(o.account)
+		if err != nil {
+			return nil, err
+		}
+		sel.SetProcessPin(pool.At(i).ID)
+	}
+	if err := rt.Sync(nil); err != nil {
+		log.Warn().Err(err).Msg("cannot read shared state; starting fresh")
+	}
+	key := a.getenv("ROTOR_CLIENT_KEY")
+	if key == "" {
+		var b [32]byte
+		rand.Read(b[:])
+		key = hex.EncodeToString(b[:])
+	} else if len(key) < 32 {
+		return nil, rerr.Validation("ROTOR_CLIENT_KEY", "ROTOR_CLIENT_KEY must be at least 32 characters")
+	}
+	usage, err := rotation.OpenUsageLog(st.Dir())
+	if err != nil {
+		return nil, err
+	}
+	srv, err := proxy.New(proxy.Config{
+		ClientKey:    key,
+		MaxBody:      o.maxBody,
+		MaxAttempts:  o.maxAttempts,
+		StallTimeout: o.stallTimeout,
+		ChatGPTBase:  strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+		OpenAIBase:   strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
+	}, proxy.Deps{
+		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := proxy.Listen(o.host, o.port)
+	if err != nil {
+		usage.Close()
+		return nil, err
+	}
+	r := &running{
+		url:    "http://" + ln.Addr().(*net.TCPAddr).String() + "/v1",
+		key:    key,
+		home:   st.Dir(),
+		srv:    srv,
+		served: make(chan error, 1),
+		usage:  usage,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.watched.Add(1)
+	go func() {
+		defer r.watched.Done()
+		rotation.Watch(ctx, st, sel, rotation.WatchInterval, func(err error) {
+			log.Warn().Err(err).Msg("cannot sync with ROTOR_HOME")
+		})
+	}()
+	go func() { r.served <- srv.Serve(ln) }()
+	return r, nil
+}
+
+// stop drains in-flight requests (at most proxy.DrainTimeout), then
+// persists the runtime state. Calling it again returns the first result.
+func (r *running) stop() error {
+	r.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), proxy.DrainTimeout)
+		defer cancel()
+		r.err = r.srv.Shutdown(ctx)
+		if serr := <-r.served; r.err == nil {
+			r.err = serr
+		}
+		r.cancel()
+		r.watched.Wait()
+		r.usage.Close()
+	})
+	return r.err
+}
+
+func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, rerr.Validation("log-level", "Invalid --log-level: "+level+" (debug, info, warn, error)")
+	}
+	switch format {
+	case "auto":
+		if f, ok := w.(*os.File); ok && isTerminal(f) {
+			w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		}
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: true}
+	case "json":
+	default:
+		return zerolog.Logger{}, rerr.Validation("log-format", "Invalid --log-format: "+format+" (auto, json, console)")
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func cmdServe(a *app, args []string) error {
+	fs := a.flags("serve")
+	var o proxyOptions
+	o.register(fs, true)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor serve [--host H] [--port P] [--account SEL]")
+	}
+	r, err := a.startProxy(o, a.stderr)
+	if err != nil {
+		return err
+	}
+	pid := os.Getpid()
+	if err := proxy.WriteInfo(r.home, proxy.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: time.Now().UTC()}); err != nil {
+		r.stop()
+		return err
+	}
+	fmt.Fprintf(a.stdout, "rotor proxy listening on %s\n", r.url)
+	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", r.home+"/"+proxy.InfoFile)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case <-sigs:
+	case err := <-r.served:
+		r.served <- err // stop reads it
+	}
+	fmt.Fprintln(a.stderr, "rotor: shutting down, letting in-flight requests finish (up to 30s)")
+	err = r.stop()
+	proxy.RemoveInfo(r.home, pid)
+	return err
+}
+
+func cmdEnv(a *app, args []string) error {
+	if _, err := parse(a.flags("env"), args); err != nil {
+		return err
+	}
+	dir, err := a.home()
+	if err != nil {
+		return err
+	}
+	in, err := proxy.ReadInfo(dir)
+	if err != nil {
+		return rerr.NotFound("No running proxy found in " + dir + " (proxy.json). Start one with \"rotor serve\".")
+	}
+	if !processAlive(in.PID) {
+		return rerr.NotFound(fmt.Sprintf("The proxy in %s (pid %d) is not running. Start one with \"rotor serve\".", dir, in.PID))
+	}
+	fmt.Fprintf(a.stdout, "export OPENAI_BASE_URL=%s\nexport OPENAI_API_KEY=%s\n", in.URL, in.ClientKey)
+	return nil
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
+}

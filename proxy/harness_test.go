@@ -1,0 +1,219 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+const testKey = "test-client-key-0123456789abcdef0123456789"
+
+// acct describes one account of a test pool; token is its access token or
+// API key, which is also how the fake upstream tells accounts apart.
+type acct struct {
+	kind  accounts.Kind
+	token string
+}
+
+// env is a real proxy on a loopback port in front of a real fake upstream,
+// with a store, secrets and runtime state in a temporary ROTOR_HOME.
+type env struct {
+	t     *testing.T
+	up    *fakeupstream.Server
+	store *accounts.Store
+	sel   *rotation.Selector
+	srv   *Server
+	base  string // http://127.0.0.1:P
+	pool  *accounts.Pool
+	usage *rotation.UsageLog
+}
+
+type envOption func(*Config)
+
+func newEnv(t *testing.T, accts []acct, opts ...envOption) *env {
+	t.Helper()
+	up := fakeupstream.New("../testdata")
+	if err := up.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	dir := t.TempDir()
+	st, err := accounts.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.Open(dir, "file", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := st.Update(func(p *accounts.Pool) error {
+		for i, a := range accts {
+			var idx int
+			if a.kind == accounts.KindAPIKey {
+				idx = p.AddAPIKey("acct"+string(rune('1'+i)), "", time.Now())
+			} else {
+				idx, _ = p.UpsertChatGPT(accounts.Identity{Email: a.token + "@example.com", ChatGPTAccountID: "cg-" + a.token, PlanType: "plus"}, "", time.Now())
+			}
+			s := secrets.Secret{APIKey: a.token}
+			if a.kind == accounts.KindChatGPT {
+				s = secrets.Secret{AccessToken: a.token, RefreshToken: "r-" + a.token}
+			}
+			if err := sec.Set(p.At(idx).ID, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := rotation.NewRuntime(dir, rotation.SystemClock{})
+	sel := rotation.NewSelector(rt, rotation.SystemClock{}, 1)
+	sel.SetPool(pool)
+	usage, err := rotation.OpenUsageLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ClientKey: testKey, ChatGPTBase: up.ChatGPTBase(), OpenAIBase: up.OpenAIBase()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := New(cfg, Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen("127.0.0.1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		usage.Close()
+	})
+	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usage}
+}
+
+// id returns the account id at a 1-based index.
+func (e *env) id(i int) string { return e.pool.At(i).ID }
+
+// do sends a request with the client key and returns the response; the
+// test client is net/http, independent of the proxy's fasthttp.
+func (e *env) do(method, path, body string, hdr ...string) *http.Response {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp
+}
+
+var testClient = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+
+const streamBody = `{"model":"gpt-5","stream":true,"input":"hi"}`
+
+// readAll reads a whole (bounded, test-sized) answer.
+func readAll(t *testing.T, r *http.Response) string {
+	t.Helper()
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatalf("reading body: %v", err)
+	}
+	return string(b)
+}
+
+// apiError is the error object of a proxy-made answer.
+type apiError struct {
+	Message   string         `json:"message"`
+	Type      string         `json:"type"`
+	Code      string         `json:"code"`
+	RequestID string         `json:"request_id"`
+	Category  string         `json:"category"`
+	Retryable bool           `json:"retryable"`
+	Extra     map[string]any `json:"-"`
+}
+
+// decodeError parses an error answer, keeping every field of the error
+// object in Extra as well.
+func decodeError(t *testing.T, r *http.Response) apiError {
+	t.Helper()
+	body := readAll(t, r)
+	var wrap struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &wrap); err != nil || wrap.Error == nil {
+		t.Fatalf("not an error payload (status %d): %s", r.StatusCode, body)
+	}
+	var e apiError
+	json.Unmarshal(wrap.Error, &e)
+	json.Unmarshal(wrap.Error, &e.Extra)
+	return e
+}
+
+// sseEvents reads an SSE body into its event types.
+func sseEvents(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var types []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			types = append(types, v)
+		}
+	}
+	return types
+}
+
+// eventually polls cond for up to limit.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rawRequest writes raw bytes to the proxy and returns the status line and
+// the rest, for requests net/http will not send (absolute-form targets).
+func (e *env) rawRequest(raw string) string {
+	e.t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), 5*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(c, 1<<20))
+	return string(b)
+}

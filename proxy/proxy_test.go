@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+)
+
+func TestStreamsAnswerThroughAPIKeyAccount(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	resp := e.do("POST", "/v1/responses", streamBody)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Errorf("content-type %q", ct)
+	}
+	if resp.Header.Get("x-request-id") == "" {
+		t.Error("no x-request-id")
+	}
+	types := sseEvents(t, resp.Body)
+	resp.Body.Close()
+	if len(types) == 0 || types[0] != "response.created" || types[len(types)-1] != "response.completed" {
+		t.Fatalf("events %v", types)
+	}
+	reqs := e.up.Requests()
+	if len(reqs) != 1 || reqs[0].Path != "/v1/responses" || reqs[0].Token != "k1" {
+		t.Fatalf("upstream saw %+v", reqs)
+	}
+	if got := string(reqs[0].Body); got != streamBody {
+		t.Errorf("body not forwarded byte for byte: %q", got)
+	}
+}
+
+func TestChatGPTAdapterHeaders(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
+	resp := e.do("POST", "/v1/responses", streamBody,
+		"session_id", "sess-1", "x-api-key", testKey, "Cookie", "a=b", "OpenAI-Organization", "org-x", "version", "0.50.0")
+	readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	r := e.up.Requests()[0]
+	if r.Path != "/backend-api/codex/responses" {
+		t.Errorf("path %s", r.Path)
+	}
+	want := map[string]string{
+		"Authorization": "Bearer c1", "Chatgpt-Account-Id": "cg-c1", "Openai-Beta": "responses=experimental",
+		"Originator": "codex_cli_rs", "Session_id": "sess-1", "Version": "0.50.0",
+	}
+	for k, v := range want {
+		if got := r.Header.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	for _, k := range []string{"X-Api-Key", "Cookie", "Openai-Organization"} {
+		if got := r.Header.Get(k); got != "" {
+			t.Errorf("header %s leaked upstream: %q", k, got)
+		}
+	}
+}
+
+func TestStreamIsIncremental(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "slow"}})
+	e.up.Set("slow", fakeupstream.Behavior{EventDelay: 200 * time.Millisecond})
+	start := time.Now()
+	resp := e.do("POST", "/v1/responses", streamBody)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "event: response.created") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	first := time.Since(start)
+	types := sseEvents(t, br)
+	total := time.Since(start)
+	// 14 events 200 ms apart: the whole stream takes over 2.4 s; the first
+	// event must not wait for it.
+	if total < 2*time.Second {
+		t.Fatalf("stream took only %s; the fake did not delay", total)
+	}
+	if first > 1500*time.Millisecond {
+		t.Fatalf("first event after %s, whole stream %s: the proxy buffered", first, total)
+	}
+	if types[len(types)-1] != "response.completed" {
+		t.Fatalf("events %v", types)
+	}
+}
+
+func TestGuards(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		hdr    []string
+		noKey  bool
+		status int
+		code   string
+	}{
+		{"no key", "POST", "/v1/responses", nil, true, 401, rerr.ProxyUnauthorized},
+		{"wrong key", "POST", "/v1/responses", []string{"Authorization", "Bearer nope"}, false, 401, rerr.ProxyUnauthorized},
+		{"unknown path without key", "GET", "/admin", nil, true, 401, rerr.ProxyUnauthorized},
+		{"x-api-key", "GET", "/v1/models", []string{"Authorization", "", "x-api-key", testKey}, false, 200, ""},
+		{"unknown path", "GET", "/v1/chat/completions", nil, false, 404, rerr.ProxyNotFound},
+		{"wrong method", "GET", "/v1/responses", nil, false, 404, rerr.ProxyNotFound},
+		{"foreign host", "POST", "/v1/responses", []string{"Host", "evil.example:8787"}, false, 403, rerr.ProxyForbiddenHost},
+		{"foreign origin", "POST", "/v1/responses", []string{"Origin", "https://evil.example"}, false, 403, rerr.ProxyForbiddenHost},
+		{"loopback origin", "POST", "/v1/responses", []string{"Origin", "http://localhost:3000"}, false, 200, ""},
+		{"localhost host", "POST", "/responses", []string{"Host", "localhost:1"}, false, 200, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, e.base+c.path, strings.NewReader(streamBody))
+			if !c.noKey {
+				req.Header.Set("Authorization", "Bearer "+testKey)
+			}
+			for i := 0; i+1 < len(c.hdr); i += 2 {
+				if c.hdr[i] == "Host" {
+					req.Host = c.hdr[i+1]
+					continue
+				}
+				req.Header.Set(c.hdr[i], c.hdr[i+1])
+			}
+			resp, err := testClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, readAll(t, resp))
+			}
+			if resp.Header.Get("x-request-id") == "" {
+				t.Error("no x-request-id")
+			}
+			if c.code == "" {
+				readAll(t, resp)
+				return
+			}
+			if got := decodeError(t, resp); got.Code != c.code || got.RequestID != resp.Header.Get("x-request-id") {
+				t.Fatalf("error %+v", got)
+			}
+		})
+	}
+	t.Run("absolute-form target", func(t *testing.T) {
+		out := e.rawRequest("POST http://evil.example/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testKey + "\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+		if !strings.HasPrefix(out, "HTTP/1.1 403") || !strings.Contains(out, rerr.ProxyForbiddenHost) {
+			t.Fatalf("got %q", out)
+		}
+	})
+}
+
+func TestPayloadTooLarge(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}}, func(c *Config) { c.MaxBody = 1024 })
+	big := `{"input":"` + strings.Repeat("x", 4096) + `"}`
+	resp := e.do("POST", "/v1/responses", big)
+	if resp.StatusCode != 413 {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp))
+	}
+	got := decodeError(t, resp)
+	if got.Code != rerr.ProxyPayloadTooLarge || got.Extra["max_bytes"] != float64(1024) {
+		t.Fatalf("error %+v", got)
+	}
+	if e.up.Count("k1") != 0 {
+		t.Fatal("oversized request reached the upstream")
+	}
+}

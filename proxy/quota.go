@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// parseQuota reads the x-codex-primary-* / x-codex-secondary-* headers and
+// x-codex-plan-type (SPEC §5); nil when the answer carries none.
+func parseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
+	p := parseWindow(now, h, &primaryHeaders)
+	sec := parseWindow(now, h, &secondaryHeaders)
+	plan := string(h.Peek("x-codex-plan-type"))
+	if p == nil && sec == nil && plan == "" {
+		return nil
+	}
+	return &rotation.Quota{Primary: p, Secondary: sec, PlanType: plan, ObservedAt: now}
+}
+
+// windowHeaders names the headers of one quota window.
+type windowHeaders struct{ used, minutes, resetAt, resetAfter string }
+
+var (
+	primaryHeaders   = windowHeaders{"x-codex-primary-used-percent", "x-codex-primary-window-minutes", "x-codex-primary-reset-at", "x-codex-primary-reset-after-seconds"}
+	secondaryHeaders = windowHeaders{"x-codex-secondary-used-percent", "x-codex-secondary-window-minutes", "x-codex-secondary-reset-at", "x-codex-secondary-reset-after-seconds"}
+)
+
+func parseWindow(now time.Time, h *fasthttp.ResponseHeader, names *windowHeaders) *rotation.Window {
+	used := h.Peek(names.used)
+	if len(used) == 0 {
+		return nil
+	}
+	u, err := strconv.ParseFloat(string(used), 64)
+	if err != nil {
+		return nil
+	}
+	w := &rotation.Window{UsedPercent: u}
+	if v, err := strconv.Atoi(string(h.Peek(names.minutes))); err == nil {
+		w.WindowMinutes = v
+	}
+	if v, err := strconv.ParseInt(string(h.Peek(names.resetAt)), 10, 64); err == nil && v > 0 {
+		w.ResetsAt = time.Unix(v, 0)
+	} else if v, err := strconv.ParseFloat(string(h.Peek(names.resetAfter)), 64); err == nil {
+		w.ResetsAt = now.Add(time.Duration(v * float64(time.Second)))
+	}
+	return w
+}
+
+// quotaFromEvent reads a codex.rate_limits SSE event's data.
+func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
+	rl := gjson.GetBytes(data, "rate_limits")
+	if !rl.Exists() {
+		return nil
+	}
+	q := &rotation.Quota{PlanType: gjson.GetBytes(data, "plan_type").String(), ObservedAt: now}
+	for _, k := range []string{"primary", "secondary"} {
+		w := rl.Get(k)
+		if !w.IsObject() {
+			continue
+		}
+		win := &rotation.Window{UsedPercent: w.Get("used_percent").Float(), WindowMinutes: int(w.Get("window_minutes").Int())}
+		if at := w.Get("reset_at").Int(); at > 0 {
+			win.ResetsAt = time.Unix(at, 0)
+		} else if after := w.Get("reset_after_seconds").Float(); after > 0 {
+			win.ResetsAt = now.Add(time.Duration(after * float64(time.Second)))
+		}
+		if k == "primary" {
+			q.Primary = win
+		} else {
+			q.Secondary = win
+		}
+	}
+	return q
+}

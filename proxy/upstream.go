@@ -1,0 +1,328 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// adapter turns a client request into the upstream request of one account
+// kind (SPEC §4 Upstream adapters).
+type adapter struct {
+	paths [3]string // by op
+	// prepare adds the kind's own headers.
+	prepare func(h *fasthttp.RequestHeader, a *accounts.Account, sec *secrets.Secret)
+	base    func(cfg *Config, a *accounts.Account) string
+}
+
+var adapters = map[accounts.Kind]adapter{
+	accounts.KindChatGPT: {
+		paths: [3]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact", opModels: "/codex/models"},
+		base:  func(cfg *Config, a *accounts.Account) string { return orText(a.BaseURL, cfg.ChatGPTBase) },
+		prepare: func(h *fasthttp.RequestHeader, a *accounts.Account, sec *secrets.Secret) {
+			h.Set("Authorization", "Bearer "+sec.AccessToken)
+			if a.ChatGPTAccountID != "" {
+				h.Set("chatgpt-account-id", a.ChatGPTAccountID)
+			}
+			h.Set("OpenAI-Beta", "responses=experimental")
+			h.Set("originator", "codex_cli_rs")
+		},
+	},
+	accounts.KindAPIKey: {
+		paths: [3]string{opResponses: "/responses", opCompact: "/responses/compact", opModels: "/models"},
+		base:  func(cfg *Config, a *accounts.Account) string { return orText(a.BaseURL, cfg.OpenAIBase) },
+		prepare: func(h *fasthttp.RequestHeader, a *accounts.Account, sec *secrets.Secret) {
+			h.Set("Authorization", "Bearer "+sec.APIKey)
+		},
+	},
+}
+
+// dropRequestHeaders never reach an upstream: hop-by-hop headers, the
+// client's credentials and cookies, headers naming the client's own org or
+// project (wrong for another account), and Accept-Encoding, so the upstream
+// answers uncompressed and rotor can read usage from the stream as it
+// passes.
+var dropRequestHeaders = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "proxy-authenticate": true,
+	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
+	"host": true, "cookie": true, "x-api-key": true, "authorization": true, "content-length": true,
+	"accept-encoding": true, "openai-organization": true, "openai-project": true, "origin": true,
+	"chatgpt-account-id": true, "originator": true,
+}
+
+// dropResponseHeaders are not copied back to the client.
+var dropResponseHeaders = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "te": true, "trailer": true,
+	"transfer-encoding": true, "upgrade": true, "content-length": true, "set-cookie": true,
+	"x-request-id": true, "date": true, "server": true, "alt-svc": true,
+}
+
+// headerIn reports whether the header name k, in any case, is in m, without
+// allocating for names of ordinary length.
+func headerIn(m map[string]bool, k []byte) bool {
+	var buf [64]byte
+	if len(k) > len(buf) {
+		return m[strings.ToLower(string(k))]
+	}
+	for i, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return m[string(buf[:len(k)])]
+}
+
+// result is what one upstream attempt produced.
+type result struct {
+	out        outcome
+	status     int
+	err        error
+	resp       *fasthttp.Response // outOK only: the caller owns it
+	body       []byte             // non-2xx: the first errBodyMax bytes
+	pending    []byte             // outOK: stream bytes already read, to send first
+	resetAt    time.Time
+	upstreamID string
+}
+
+const errBodyMax = 64 << 10
+
+// attempt sends the call to the chosen account, refreshing a ChatGPT token
+// once after a 401 and trying again on the same account.
+func (s *Server) attempt(c *call, ch *rotation.Choice) *result {
+	a := &ch.Account
+	sec, err := s.secrets.get(a.ID, s.rt().TokensAt(a.ID))
+	if err != nil {
+		s.deps.Log.Warn().Str("request_id", c.rid).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
+		return &result{out: outUnauthorized, status: 401, err: err}
+	}
+	if s.needsRefresh(a, &sec) {
+		if fresh, ok := s.refresh(c, ch); ok {
+			sec = fresh
+		}
+	}
+	res := s.send(c, a, &sec)
+	if res.out == outUnauthorized && s.canRefresh(a) {
+		if fresh, ok := s.refresh(c, ch); ok {
+			res = s.send(c, a, &fresh)
+		}
+	}
+	return res
+}
+
+func (s *Server) canRefresh(a *accounts.Account) bool {
+	return a.Kind == accounts.KindChatGPT && s.deps.Refresher != nil
+}
+
+// needsRefresh is true when a ChatGPT access token expires within 5 minutes.
+func (s *Server) needsRefresh(a *accounts.Account, sec *secrets.Secret) bool {
+	return s.canRefresh(a) && !sec.ExpiresAt.IsZero() && sec.ExpiresAt.Sub(s.deps.Clock.Now()) < 5*time.Minute
+}
+
+func (s *Server) refresh(c *call, ch *rotation.Choice) (secrets.Secret, bool) {
+	fresh, err := s.deps.Refresher.Refresh(c.ctx, ch.Account)
+	if err != nil {
+		s.deps.Log.Warn().Str("request_id", c.rid).Int("account", ch.Index).Err(err).Msg("token refresh failed")
+		return secrets.Secret{}, false
+	}
+	s.secrets.put(ch.Account.ID, fresh)
+	s.rt().TokensChanged(ch.Account.ID)
+	return fresh, true
+}
+
+// send makes one upstream request and classifies the answer.
+func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result {
+	ad := adapters[a.Kind]
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	in := &c.ctx.Request
+	uri := ad.base(&s.cfg, a) + ad.paths[c.op]
+	if q := in.URI().QueryString(); len(q) > 0 {
+		uri += "?" + string(q)
+	}
+	req.SetRequestURI(uri)
+	req.Header.SetMethodBytes(in.Header.Method())
+	for k, v := range in.Header.All() {
+		if !headerIn(dropRequestHeaders, k) {
+			req.Header.AddBytesKV(k, v)
+		}
+	}
+	ad.prepare(&req.Header, a, sec)
+	if c.op != opModels {
+		req.SetBodyRaw(c.body)
+	}
+
+	resp := fasthttp.AcquireResponse()
+	err := s.client.Do(req, resp)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return &result{out: outNetworkError, err: err}
+	}
+	res := &result{status: resp.StatusCode(), upstreamID: string(resp.Header.Peek("x-request-id"))}
+	now := s.deps.Clock.Now()
+	if q := parseQuota(now, &resp.Header); q != nil {
+		s.rt().SetQuota(a.ID, *q)
+	}
+	if res.status >= 200 && res.status < 300 {
+		res.out, res.resp = outOK, resp
+		return res
+	}
+	res.body = readErrorBody(resp)
+	res.out = classify(res.status, &resp.Header, res.body)
+	if res.out == outUsageLimit {
+		res.resetAt = resetTime(now, &resp.Header, res.body)
+	}
+	fasthttp.ReleaseResponse(resp)
+	return res
+}
+
+// readErrorBody reads at most errBodyMax bytes of an error answer and
+// closes its stream; a longer body is cut and its connection discarded
+// rather than drained.
+func readErrorBody(resp *fasthttp.Response) []byte {
+	bs := resp.BodyStream()
+	if bs == nil {
+		b := resp.Body()
+		return append([]byte(nil), b[:min(len(b), errBodyMax)]...)
+	}
+	buf := make([]byte, 0, 4096)
+	var err error
+	for len(buf) < errBodyMax && err == nil {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		var n int
+		n, err = bs.Read(buf[len(buf):min(cap(buf), errBodyMax)])
+		buf = buf[:len(buf)+n]
+	}
+	if err == io.EOF {
+		resp.CloseBodyStream()
+	} else {
+		closeStream(resp, errCut)
+	}
+	return buf
+}
+
+var errCut = errors.New("rotor: upstream body abandoned")
+
+// closeStream closes resp's body stream with err, which makes fasthttp
+// close the connection instead of returning a half-read one to its pool.
+func closeStream(resp *fasthttp.Response, err error) {
+	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
+		rc.CloseWithError(err)
+	}
+	resp.CloseBodyStream()
+}
+
+// newUpstreamClient returns the client for every upstream. Each read on an
+// upstream connection must make progress within stall: that single rule
+// bounds the wait for headers and every gap between stream events, where a
+// fasthttp ReadTimeout would cap the whole stream.
+func newUpstreamClient(connect, stall time.Duration) *fasthttp.Client {
+	d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	return &fasthttp.Client{
+		Name:                          "rotor",
+		NoDefaultUserAgentHeader:      true,
+		StreamResponseBody:            true,
+		DisableHeaderNamesNormalizing: false,
+		DisablePathNormalizing:        true,
+		MaxIdleConnDuration:           60 * time.Second,
+		WriteTimeout:                  60 * time.Second,
+		ReadBufferSize:                16 << 10,
+		MaxResponseBodySize:           0,
+		Dial: func(addr string) (net.Conn, error) {
+			conn, err := d.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: conn, idle: stall}, nil
+		},
+		// Only a request that never reached the upstream is sent again: a
+		// pooled keep-alive connection the server had already closed.
+		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+			return false, attempts == 1 && (errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed))
+		},
+	}
+}
+
+// idleConn gives every Read its own deadline, so a stalled upstream is cut
+// after stall without limiting how long a healthy stream may last.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+// SetReadDeadline is a no-op: fasthttp sets whole-response deadlines, and
+// idleConn's per-read deadline replaces them.
+func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
+
+// secretCache keeps secrets in memory so a request does not call the
+// keyring; an entry is read again once runtime state says another process
+// changed the account's tokens, or after a 401.
+type secretCache struct {
+	src SecretSource
+	mu  sync.Mutex
+	m   map[string]cachedSecret
+}
+
+type cachedSecret struct {
+	sec secrets.Secret
+	at  time.Time
+}
+
+func newSecretCache(src SecretSource) *secretCache {
+	return &secretCache{src: src, m: make(map[string]cachedSecret)}
+}
+
+// secretTTL bounds how stale a cached secret may be, so tokens another
+// process refreshed are picked up even without a state notice.
+const secretTTL = 30 * time.Second
+
+// get returns the secret of id, read again when the cached copy is older
+// than secretTTL or than changedAt, the last time any process changed it.
+func (c *secretCache) get(id string, changedAt time.Time) (secrets.Secret, error) {
+	c.mu.Lock()
+	e, ok := c.m[id]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < secretTTL && !changedAt.After(e.at) {
+		return e.sec, nil
+	}
+	sec, err := c.src.Get(id)
+	if err != nil {
+		return secrets.Secret{}, err
+	}
+	c.put(id, sec)
+	return sec, nil
+}
+
+func (c *secretCache) put(id string, sec secrets.Secret) {
+	c.mu.Lock()
+	if len(c.m) > 10_000 {
+		clear(c.m) // bounded: a cache miss costs one backend read
+	}
+	c.m[id] = cachedSecret{sec: sec, at: time.Now()}
+	c.mu.Unlock()
+}
+
+// forget drops id so the next request reads its secret again.
+func (c *secretCache) forget(id string) {
+	c.mu.Lock()
+	delete(c.m, id)
+	c.mu.Unlock()
+}

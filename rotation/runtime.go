@@ -1,0 +1,299 @@
+package rotation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/homefs"
+)
+
+// Failover timings of SPEC §4.
+const (
+	DefaultRateLimit     = 60 * time.Second
+	MaxRateLimit         = 7 * 24 * time.Hour
+	AuthFailureCooldown  = 30 * time.Second
+	InvalidatedCooldown  = 5 * time.Minute
+	ServerErrorCooldown  = 4 * time.Second
+	NetworkErrorCooldown = 6 * time.Second
+	CircuitWindow        = 60 * time.Second
+	CircuitFailures      = 3
+	CircuitOpen          = 30 * time.Second
+)
+
+// StateFile is the shared runtime state's file name in ROTOR_HOME.
+const StateFile = "state.json"
+
+type stateFile struct {
+	Version  int                      `json:"version"`
+	Accounts map[string]*AccountState `json:"accounts"`
+}
+
+// entry is one account's state in this process: the shared part, plus what
+// only this process needs (its token bucket and when it last picked it).
+type entry struct {
+	st       AccountState
+	tokens   float64
+	tokensAt time.Time
+	picked   time.Time
+}
+
+// Runtime is the shared runtime state of every account, kept in memory and
+// synchronised with state.json by Sync. All methods are safe for concurrent
+// use; none touches the disk except Load and Sync.
+type Runtime struct {
+	clock Clock
+	path  string
+	lock  string
+
+	mu    sync.Mutex
+	m     map[string]*entry
+	dirty bool
+	stamp accounts.Stamp
+}
+
+// NewRuntime returns the runtime state kept in dir/state.json. It reads
+// nothing until Sync.
+func NewRuntime(dir string, clock Clock) *Runtime {
+	return &Runtime{
+		clock: clock,
+		path:  filepath.Join(dir, StateFile),
+		lock:  filepath.Join(dir, ".state.lock"),
+		m:     make(map[string]*entry),
+	}
+}
+
+// Path is the path of state.json.
+func (r *Runtime) Path() string { return r.path }
+
+// get returns the entry for id, creating it. Callers hold r.mu.
+func (r *Runtime) get(id string) *entry {
+	e := r.m[id]
+	if e == nil {
+		e = &entry{tokens: bucketSize, tokensAt: r.clock.Now()}
+		r.m[id] = e
+	}
+	return e
+}
+
+// Snapshot returns a copy of the state of id.
+func (r *Runtime) Snapshot(id string) AccountState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.m[id]; e != nil {
+		return e.st.Clone()
+	}
+	return AccountState{}
+}
+
+// update applies fn to the state of id and marks the state for the next Sync.
+func (r *Runtime) update(id string, fn func(s *AccountState, now time.Time)) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	fn(&r.get(id).st, now)
+	r.dirty = true
+	r.mu.Unlock()
+}
+
+// RateLimited marks id rate-limited until until (clamped to 7 days; a zero or
+// past until means the 60 s default).
+func (r *Runtime) RateLimited(id string, until time.Time) {
+	r.update(id, func(s *AccountState, now time.Time) {
+		if !until.After(now) {
+			until = now.Add(DefaultRateLimit)
+		}
+		if until.Sub(now) > MaxRateLimit {
+			until = now.Add(MaxRateLimit)
+		}
+		s.RateLimitedUntil = later(s.RateLimitedUntil, until)
+		s.LastUsed, s.LastStatus = now, 429
+	})
+}
+
+// Cooldown puts id in a cooldown for d with reason (one of the Cooldown*
+// constants) and lowers its health.
+func (r *Runtime) Cooldown(id, reason string, d time.Duration) {
+	r.update(id, func(s *AccountState, now time.Time) {
+		if until := now.Add(d); until.After(s.CooldownUntil) {
+			s.CooldownUntil, s.CooldownReason = until, reason
+		}
+		s.adjustHealth(now, -healthOnFail)
+	})
+}
+
+// Failure records a server, network or stream failure of id: a cooldown for
+// d with reason, and, at the third failure within a minute, an open circuit
+// for 30 s.
+func (r *Runtime) Failure(id, reason string, d time.Duration) {
+	r.update(id, func(s *AccountState, now time.Time) {
+		if until := now.Add(d); until.After(s.CooldownUntil) {
+			s.CooldownUntil, s.CooldownReason = until, reason
+		}
+		s.adjustHealth(now, -healthOnFail)
+		s.Failures = mergeTimes(s.Failures, []time.Time{now})
+		recent := 0
+		for _, t := range s.Failures {
+			if now.Sub(t) <= CircuitWindow {
+				recent++
+			}
+		}
+		if recent >= CircuitFailures {
+			s.CircuitOpenUntil = later(s.CircuitOpenUntil, now.Add(CircuitOpen))
+			s.Failures = nil // the open circuit is the penalty; start counting afresh
+		}
+	})
+}
+
+// Success records an answer from id with status, raising its health.
+func (r *Runtime) Success(id string, status int) {
+	r.update(id, func(s *AccountState, now time.Time) {
+		s.adjustHealth(now, healthOnOK)
+		s.LastUsed, s.LastStatus = now, status
+	})
+}
+
+// Used records that id answered with status without judging the account
+// (a client error, for example).
+func (r *Runtime) Used(id string, status int) {
+	r.update(id, func(s *AccountState, now time.Time) {
+		s.LastUsed, s.LastStatus = now, status
+	})
+}
+
+// SetQuota records a quota snapshot for id.
+func (r *Runtime) SetQuota(id string, q Quota) {
+	r.update(id, func(s *AccountState, now time.Time) {
+		if q.ObservedAt.IsZero() {
+			q.ObservedAt = now
+		}
+		if s.Quota == nil || !q.ObservedAt.Before(s.Quota.ObservedAt) {
+			s.Quota = &q
+		}
+	})
+}
+
+// TokensChanged records that this process changed the secrets of id.
+func (r *Runtime) TokensChanged(id string) {
+	r.update(id, func(s *AccountState, now time.Time) { s.TokensAt = now })
+}
+
+// TokensAt returns when any process last changed the secrets of id.
+func (r *Runtime) TokensAt(id string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.m[id]; e != nil {
+		return e.st.TokensAt
+	}
+	return time.Time{}
+}
+
+// Clear forgets the cooldown, rate limit and open circuit of id (used by
+// repairs and by a successful re-verification).
+func (r *Runtime) Clear(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.get(id)
+	e.st.RateLimitedUntil, e.st.CooldownUntil, e.st.CooldownReason = time.Time{}, time.Time{}, ""
+	e.st.CircuitOpenUntil, e.st.Failures = time.Time{}, nil
+	r.dirty = true
+}
+
+// Sync exchanges news with state.json: when this process has changes it
+// merges them with the file under the state lock and writes the result;
+// when only the file changed it merges the file in. keep, when not nil,
+// names the account ids that still exist; the others are dropped so the
+// state never grows without bound.
+func (r *Runtime) Sync(keep func(id string) bool) error {
+	r.mu.Lock()
+	dirty := r.dirty
+	r.mu.Unlock()
+	stamp := accounts.StatStamp(r.path)
+	if !dirty {
+		r.mu.Lock()
+		same := stamp == r.stamp
+		r.mu.Unlock()
+		if same {
+			return nil
+		}
+		disk, err := readState(r.path)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.mergeLocked(disk, keep)
+		r.stamp = stamp
+		r.mu.Unlock()
+		return nil
+	}
+	l, err := homefs.LockFile(r.lock, false, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	disk, err := readState(r.path)
+	if err != nil {
+		// An unreadable state file holds nothing worth more than fresh
+		// news: state is a cache of what upstreams said, unlike the store.
+		disk = &stateFile{}
+	}
+	r.mu.Lock()
+	r.mergeLocked(disk, keep)
+	out := stateFile{Version: 1, Accounts: make(map[string]*AccountState, len(r.m))}
+	for id, e := range r.m {
+		st := e.st.Clone()
+		out.Accounts[id] = &st
+	}
+	r.dirty = false
+	r.mu.Unlock()
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := homefs.WriteFile(r.path, append(data, '\n')); err != nil {
+		r.mu.Lock()
+		r.dirty = true
+		r.mu.Unlock()
+		return fmt.Errorf("cannot write %s: %w", r.path, err)
+	}
+	r.mu.Lock()
+	r.stamp = accounts.StatStamp(r.path)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Runtime) mergeLocked(disk *stateFile, keep func(string) bool) {
+	for id, st := range disk.Accounts {
+		if keep != nil && !keep(id) {
+			continue
+		}
+		r.get(id).st.Merge(st)
+	}
+	if keep != nil {
+		for id := range r.m {
+			if !keep(id) {
+				delete(r.m, id)
+				r.dirty = true
+			}
+		}
+	}
+}
+
+func readState(path string) (*stateFile, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &stateFile{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f stateFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &f, nil
+}

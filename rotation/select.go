@@ -1,0 +1,363 @@
+package rotation
+
+import (
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+)
+
+// Skip reasons that do not come from runtime state (SPEC §4).
+const (
+	SkipDisabled         = "disabled"
+	SkipFlagged          = "flagged"
+	SkipRateLimited      = "rate-limited"
+	SkipCircuitOpen      = "circuit-open"
+	SkipMissing          = "missing"
+	SkipAlreadyAttempted = "already-attempted"
+)
+
+// Pin sources.
+const (
+	PinProcess = "process"
+	PinManual  = "manual"
+)
+
+// Why an account was picked.
+const (
+	WhyProcessPin = "process pin"
+	WhyManualPin  = "manual pin"
+	WhyAffinity   = "session affinity"
+	WhyBestScore  = "best score"
+	WhyDeferred   = "best score (every other account is deferred by quota)"
+)
+
+const (
+	bucketSize   = 8.0
+	bucketRefill = 0.5 // tokens a second
+	idleHorizon  = 60 * time.Second
+)
+
+// view is an immutable picture of the pool, rebuilt when accounts.json
+// changes, so a request never reads a file.
+type view struct {
+	pool    *accounts.Pool
+	entries []*entry  // parallel to pool.Accounts
+	offset  []float64 // this process's small per-account tie-breaker
+}
+
+// Selector picks the account for each request (SPEC §4 Selection). It is
+// safe for concurrent use.
+type Selector struct {
+	rt       *Runtime
+	clock    Clock
+	affinity *Affinity
+	seed     uint64
+	cur      atomic.Pointer[view]
+	// ProcessPin, when set, is the account id this process is pinned to
+	// (`serve --account`): used exclusively, never rotated.
+	processPin atomic.Pointer[string]
+}
+
+// NewSelector returns a selector over rt. seed spreads parallel proxies:
+// each process should pass a different random value.
+func NewSelector(rt *Runtime, clock Clock, seed uint64) *Selector {
+	s := &Selector{rt: rt, clock: clock, seed: seed, affinity: NewAffinity(clock, AffinityTTL, AffinityMax)}
+	s.SetPool(&accounts.Pool{Version: 1})
+	return s
+}
+
+// SetProcessPin pins this process to the account with id ("" clears).
+func (s *Selector) SetProcessPin(id string) {
+	if id == "" {
+		s.processPin.Store(nil)
+		return
+	}
+	s.processPin.Store(&id)
+}
+
+// SetPool installs a new version of the pool.
+func (s *Selector) SetPool(p *accounts.Pool) {
+	v := &view{pool: p, entries: make([]*entry, len(p.Accounts)), offset: make([]float64, len(p.Accounts))}
+	s.rt.mu.Lock()
+	for i := range p.Accounts {
+		v.entries[i] = s.rt.get(p.Accounts[i].ID)
+	}
+	s.rt.mu.Unlock()
+	r := rand.New(rand.NewPCG(s.seed, 0x9e3779b97f4a7c15))
+	for i := range v.offset {
+		v.offset[i] = r.Float64()
+	}
+	s.affinity.SetGeneration(p.AffinityGeneration)
+	s.cur.Store(v)
+}
+
+// Pool returns the pool the selector currently works with.
+func (s *Selector) Pool() *accounts.Pool { return s.cur.Load().pool }
+
+// Runtime returns the runtime state the selector reads.
+func (s *Selector) Runtime() *Runtime { return s.rt }
+
+// Request is what a pick depends on.
+type Request struct {
+	AffinityKey string
+	// Attempted lists the accounts already tried for this request.
+	Attempted []string
+}
+
+func (r *Request) attempted(id string) bool {
+	for _, a := range r.Attempted {
+		if a == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Choice is a picked account.
+type Choice struct {
+	Index   int // 1-based
+	Account accounts.Account
+	Why     string
+	// PinSource is "process" or "manual" when a pin chose the account.
+	PinSource string
+}
+
+// Refusal explains why no account can serve.
+type Refusal struct {
+	// Pinned is set when a pin forbids rotating; PinSource and PinnedIndex
+	// say which, PinReason why the pinned account cannot serve.
+	Pinned      bool
+	PinSource   string
+	PinnedIndex int
+	PinReason   string
+	// SkipReasons maps each account's 1-based index to why it was skipped.
+	SkipReasons map[int]string
+	// AllRateLimited is true when every account that could ever serve is
+	// waiting for a usage-limit reset.
+	AllRateLimited bool
+	// RetryAfter is the earliest time an account comes back, 0 if unknown.
+	RetryAfter time.Duration
+	// ResetAt is the instant of RetryAfter.
+	ResetAt time.Time
+}
+
+// Usable counts the accounts that could serve now, ignoring attempts; the
+// proxy bounds its attempts with it.
+func (s *Selector) Usable() int {
+	v := s.cur.Load()
+	now := s.clock.Now()
+	n := 0
+	s.rt.mu.Lock()
+	for i := range v.pool.Accounts {
+		if skipReason(&v.pool.Accounts[i], v.entries[i], now) == "" {
+			n++
+		}
+	}
+	s.rt.mu.Unlock()
+	return n
+}
+
+// skipReason says why a cannot serve now, "" when it can. Callers hold rt.mu.
+func skipReason(a *accounts.Account, e *entry, now time.Time) string {
+	if !a.Enabled {
+		return SkipDisabled
+	}
+	if _, ok := a.Flagged(); ok {
+		return SkipFlagged
+	}
+	r, _ := e.st.Availability(now)
+	return r
+}
+
+// Pick chooses the account for req, or explains why none can serve.
+func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
+	v := s.cur.Load()
+	now := s.clock.Now()
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+
+	if pin := s.processPin.Load(); pin != nil {
+		return s.pickPinned(v, req, now, *pin, PinProcess, WhyProcessPin, false)
+	}
+	if v.pool.PinnedAccountID != nil {
+		return s.pickPinned(v, req, now, *v.pool.PinnedAccountID, PinManual, WhyManualPin, false)
+	}
+	if req.AffinityKey != "" {
+		if id, ok := s.affinity.Get(req.AffinityKey); ok {
+			if i := v.pool.IndexOf(id); i > 0 && !req.attempted(id) &&
+				skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
+				return s.take(v, i, now, WhyAffinity, ""), nil
+			}
+		}
+	}
+	if i, deferred := best(v, req, now); i > 0 {
+		why := WhyBestScore
+		if deferred {
+			why = WhyDeferred
+		}
+		return s.take(v, i, now, why, ""), nil
+	}
+	return Choice{}, s.refuse(v, req, now)
+}
+
+// pickPinned picks the pinned account id or explains why it cannot serve;
+// with dry it never records a pick.
+func (s *Selector) pickPinned(v *view, req *Request, now time.Time, id, source, why string, dry bool) (Choice, *Refusal) {
+	i := v.pool.IndexOf(id)
+	reason := SkipMissing
+	if i > 0 {
+		reason = skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now)
+		if reason == "" && req.attempted(id) {
+			reason = SkipAlreadyAttempted
+		}
+		if reason == "" && !dry {
+			return s.take(v, i, now, why, source), nil
+		}
+	}
+	ref := s.refuse(v, req, now)
+	ref.Pinned, ref.PinSource, ref.PinnedIndex, ref.PinReason = true, source, i, reason
+	ref.RetryAfter, ref.ResetAt = 0, time.Time{}
+	if i > 0 {
+		if _, until := v.entries[i-1].st.Availability(now); !until.IsZero() {
+			ref.ResetAt, ref.RetryAfter = until, until.Sub(now)
+		}
+	}
+	return Choice{}, ref
+}
+
+// take records the pick of the account at index i. Callers hold rt.mu.
+func (s *Selector) take(v *view, i int, now time.Time, why, source string) Choice {
+	e := v.entries[i-1]
+	refill(e, now)
+	e.tokens = max(e.tokens-1, 0)
+	e.picked = now
+	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source}
+}
+
+func refill(e *entry, now time.Time) {
+	if dt := now.Sub(e.tokensAt).Seconds(); dt > 0 {
+		e.tokens = min(bucketSize, e.tokens+dt*bucketRefill)
+		e.tokensAt = now
+	}
+}
+
+// score ranks a usable account: health, its token bucket, time since this
+// process last picked it or anyone last used it, and quota headroom, plus a
+// per-process offset small enough to break ties only.
+func score(e *entry, now time.Time, offset float64) (float64, bool) {
+	health := float64(e.st.HealthNow(now)) / 100
+	tokens := e.tokens
+	if dt := now.Sub(e.tokensAt).Seconds(); dt > 0 {
+		tokens = min(bucketSize, tokens+dt*bucketRefill)
+	}
+	last := later(e.picked, e.st.LastUsed)
+	idle := 1.0
+	if !last.IsZero() {
+		idle = min(now.Sub(last).Seconds()/idleHorizon.Seconds(), 1)
+	}
+	head, deferred := e.st.headroom(now)
+	return 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 0.01*offset, deferred
+}
+
+// refuse builds the explanation of an empty pick. Callers hold rt.mu.
+func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {
+	ref := &Refusal{SkipReasons: make(map[int]string, len(v.pool.Accounts))}
+	live, limited := 0, 0
+	for i := range v.pool.Accounts {
+		a := &v.pool.Accounts[i]
+		e := v.entries[i]
+		r := skipReason(a, e, now)
+		if r == "" && req.attempted(a.ID) {
+			r = SkipAlreadyAttempted
+		}
+		ref.SkipReasons[i+1] = r
+		if r == SkipDisabled || r == SkipFlagged {
+			continue
+		}
+		live++
+		if r == SkipRateLimited {
+			limited++
+		}
+		if _, until := e.st.Availability(now); !until.IsZero() && (ref.ResetAt.IsZero() || until.Before(ref.ResetAt)) {
+			ref.ResetAt = until
+		}
+	}
+	ref.AllRateLimited = live > 0 && limited == live
+	if !ref.ResetAt.IsZero() {
+		ref.RetryAfter = ref.ResetAt.Sub(now)
+	}
+	return ref
+}
+
+// Explain says why no account is left for req, without picking.
+func (s *Selector) Explain(req *Request) *Refusal {
+	v := s.cur.Load()
+	now := s.clock.Now()
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+	if pin := s.processPin.Load(); pin != nil {
+		_, ref := s.pickPinned(v, req, now, *pin, PinProcess, WhyProcessPin, true)
+		return ref
+	}
+	if v.pool.PinnedAccountID != nil {
+		_, ref := s.pickPinned(v, req, now, *v.pool.PinnedAccountID, PinManual, WhyManualPin, true)
+		return ref
+	}
+	return s.refuse(v, req, now)
+}
+
+// Bind remembers that the conversation with key is served by account id,
+// so its next turns go to the same account (and its prompt cache).
+func (s *Selector) Bind(key, id string) {
+	if key != "" {
+		s.affinity.Put(key, id)
+	}
+}
+
+// Next says which account a request without affinity would get now, and
+// why, without recording a pick; index 0 means none.
+func (s *Selector) Next() (int, string) {
+	v := s.cur.Load()
+	now := s.clock.Now()
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+	if pin := s.processPin.Load(); pin != nil {
+		return v.pool.IndexOf(*pin), WhyProcessPin
+	}
+	if v.pool.PinnedAccountID != nil {
+		i := v.pool.IndexOf(*v.pool.PinnedAccountID)
+		if i > 0 && skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
+			return i, WhyManualPin
+		}
+		return 0, "the pinned account cannot serve now; the proxy answers 503 until it can (or run \"rotor unpin\")"
+	}
+	i, deferred := best(v, &Request{}, now)
+	switch {
+	case i == 0:
+		return 0, "no account can serve now"
+	case deferred:
+		return i, WhyDeferred
+	}
+	return i, WhyBestScore
+}
+
+// best returns the 1-based index of the best-scoring usable account not yet
+// attempted, preferring accounts that quota does not defer; 0 if none.
+// Callers hold rt.mu.
+func best(v *view, req *Request, now time.Time) (int, bool) {
+	bi, bd := 0, false
+	var bs float64
+	for i := range v.pool.Accounts {
+		a := &v.pool.Accounts[i]
+		if skipReason(a, v.entries[i], now) != "" || req.attempted(a.ID) {
+			continue
+		}
+		sc, d := score(v.entries[i], now, v.offset[i])
+		if bi == 0 || (bd && !d) || (d == bd && sc > bs) {
+			bi, bs, bd = i+1, sc, d
+		}
+	}
+	return bi, bd
+}

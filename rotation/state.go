@@ -1,0 +1,182 @@
+// Package rotation decides which account serves a request and remembers how
+// each account is doing: health, rate limits, cooldowns, the circuit breaker
+// and the last quota seen. That runtime state is shared through state.json by
+// every rotor process on one ROTOR_HOME, so a limit one proxy learns is
+// honored by all of them within a second.
+package rotation
+
+import (
+	"slices"
+	"time"
+)
+
+// Clock tells the time; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Cooldown reasons, as shown in skip reasons (`cooling-down:<reason>`).
+const (
+	CooldownAuthFailure      = "auth-failure"
+	CooldownServerError      = "server-error"
+	CooldownNetworkError     = "network-error"
+	CooldownTokenInvalidated = "token-invalidated"
+)
+
+// Window is one quota window as the x-codex-* headers describe it.
+type Window struct {
+	UsedPercent   float64   `json:"used_percent"`
+	WindowMinutes int       `json:"window_minutes,omitempty"`
+	ResetsAt      time.Time `json:"resets_at,omitzero"`
+}
+
+// Quota is the last quota snapshot seen for an account.
+type Quota struct {
+	Primary    *Window   `json:"primary,omitempty"`
+	Secondary  *Window   `json:"secondary,omitempty"`
+	PlanType   string    `json:"plan_type,omitempty"`
+	ObservedAt time.Time `json:"observed_at"`
+}
+
+// AccountState is the shared runtime state of one account, as stored in
+// state.json. Every field merges without coordination (see Merge), which is
+// what lets several processes write the file without losing each other's
+// news.
+type AccountState struct {
+	RateLimitedUntil time.Time   `json:"rate_limited_until,omitzero"`
+	CooldownUntil    time.Time   `json:"cooldown_until,omitzero"`
+	CooldownReason   string      `json:"cooldown_reason,omitempty"`
+	CircuitOpenUntil time.Time   `json:"circuit_open_until,omitzero"`
+	Failures         []time.Time `json:"failures,omitempty"`
+	Health           int         `json:"health"`
+	HealthAt         time.Time   `json:"health_at,omitzero"`
+	LastUsed         time.Time   `json:"last_used,omitzero"`
+	LastStatus       int         `json:"last_status,omitempty"`
+	Quota            *Quota      `json:"quota,omitempty"`
+	// TokensAt is when a process last changed the account's secrets, so
+	// the others know to read them again.
+	TokensAt time.Time `json:"tokens_at,omitzero"`
+}
+
+// maxFailures bounds the failure history kept per account; the circuit only
+// needs the last few.
+const maxFailures = 8
+
+// Merge folds o into s: deadlines take the later value, health and quota the
+// newer observation, failures the union. Merge is commutative and
+// idempotent, so processes may merge in any order.
+func (s *AccountState) Merge(o *AccountState) {
+	s.RateLimitedUntil = later(s.RateLimitedUntil, o.RateLimitedUntil)
+	if o.CooldownUntil.After(s.CooldownUntil) {
+		s.CooldownUntil, s.CooldownReason = o.CooldownUntil, o.CooldownReason
+	}
+	s.CircuitOpenUntil = later(s.CircuitOpenUntil, o.CircuitOpenUntil)
+	if len(o.Failures) > 0 {
+		s.Failures = mergeTimes(s.Failures, o.Failures)
+	}
+	if o.HealthAt.After(s.HealthAt) {
+		s.Health, s.HealthAt = o.Health, o.HealthAt
+	}
+	if o.LastUsed.After(s.LastUsed) {
+		s.LastUsed, s.LastStatus = o.LastUsed, o.LastStatus
+	}
+	s.TokensAt = later(s.TokensAt, o.TokensAt)
+	if o.Quota != nil && (s.Quota == nil || o.Quota.ObservedAt.After(s.Quota.ObservedAt)) {
+		q := *o.Quota
+		s.Quota = &q
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func mergeTimes(a, b []time.Time) []time.Time {
+	out := make([]time.Time, 0, len(a)+len(b))
+	out = append(out, a...)
+	for _, t := range b {
+		if !slices.ContainsFunc(out, t.Equal) {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(x, y time.Time) int { return x.Compare(y) })
+	if len(out) > maxFailures {
+		out = out[len(out)-maxFailures:]
+	}
+	return out
+}
+
+// Clone returns a deep copy.
+func (s *AccountState) Clone() AccountState {
+	c := *s
+	c.Failures = slices.Clone(s.Failures)
+	if s.Quota != nil {
+		q := *s.Quota
+		c.Quota = &q
+	}
+	return c
+}
+
+// Availability says whether an account can serve at now and, if not, why and
+// until when. Reason is a skip reason of SPEC §4 ("" when available).
+func (s *AccountState) Availability(now time.Time) (reason string, until time.Time) {
+	switch {
+	case s.CircuitOpenUntil.After(now):
+		return "circuit-open", s.CircuitOpenUntil
+	case s.RateLimitedUntil.After(now):
+		return "rate-limited", s.RateLimitedUntil
+	case s.CooldownUntil.After(now):
+		return "cooling-down:" + s.CooldownReason, s.CooldownUntil
+	}
+	return "", time.Time{}
+}
+
+// HealthAt returns the account's health (0-100) at now. Health lost to
+// failures comes back by itself at healthRecovery points a minute, so an
+// account that failed long ago is not punished forever.
+func (s *AccountState) HealthNow(now time.Time) int {
+	if s.HealthAt.IsZero() {
+		return 100
+	}
+	h := s.Health + int(now.Sub(s.HealthAt)/time.Minute)*healthRecovery
+	return min(max(h, 0), 100)
+}
+
+const (
+	healthRecovery = 5
+	healthOnFail   = 25
+	healthOnOK     = 10
+)
+
+func (s *AccountState) adjustHealth(now time.Time, delta int) {
+	s.Health = min(max(s.HealthNow(now)+delta, 0), 100)
+	s.HealthAt = now
+}
+
+// headroom is the fraction (0-1) of quota left in the fuller window, and
+// whether the account should be deferred: 5% or less left in a window that
+// has not reset yet.
+func (s *AccountState) headroom(now time.Time) (float64, bool) {
+	if s.Quota == nil {
+		return 1, false
+	}
+	left, deferred := 1.0, false
+	for _, w := range []*Window{s.Quota.Primary, s.Quota.Secondary} {
+		if w == nil || (!w.ResetsAt.IsZero() && !w.ResetsAt.After(now)) {
+			continue
+		}
+		l := (100 - w.UsedPercent) / 100
+		left = min(left, max(l, 0))
+		if l <= 0.05 {
+			deferred = true
+		}
+	}
+	return left, deferred
+}

@@ -1,0 +1,63 @@
+package rotation
+
+import (
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+)
+
+// AccountStatus is what `rotor rotation status` and `rotor list` show of one
+// account.
+type AccountStatus struct {
+	Index   int
+	Account accounts.Account
+	// State is available, rate-limited, cooling-down:<reason>,
+	// circuit-open, disabled or flagged.
+	State    string
+	Until    time.Time // when the state ends, zero if open-ended or available
+	Reason   string    // the flag reason or cooldown reason, if any
+	Health   int
+	LastUsed time.Time
+	Quota    *Quota
+	Pinned   bool
+}
+
+// Status describes every account of the pool at the selector's clock.
+func (s *Selector) Status() []AccountStatus {
+	v := s.cur.Load()
+	now := s.clock.Now()
+	pinned := v.pool.Pinned()
+	if pin := s.processPin.Load(); pin != nil {
+		pinned = v.pool.IndexOf(*pin)
+	}
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+	out := make([]AccountStatus, len(v.pool.Accounts))
+	for i := range v.pool.Accounts {
+		a := &v.pool.Accounts[i]
+		st := &v.entries[i].st
+		as := AccountStatus{
+			Index: i + 1, Account: *a, State: "available", Health: st.HealthNow(now),
+			LastUsed: st.LastUsed, Pinned: pinned == i+1,
+		}
+		if st.Quota != nil {
+			q := *st.Quota
+			as.Quota = &q
+		}
+		flag, flagged := a.Flagged()
+		reason, until := st.Availability(now)
+		switch {
+		case !a.Enabled:
+			as.State = SkipDisabled
+		case flagged:
+			as.State, as.Reason = SkipFlagged, flag
+		case reason != "":
+			as.State, as.Until = reason, until
+			if reason != SkipCircuitOpen && reason != SkipRateLimited {
+				as.Reason = st.CooldownReason
+			}
+		}
+		out[i] = as
+	}
+	return out
+}

@@ -1,0 +1,70 @@
+package rotation
+
+import (
+	"context"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+)
+
+// PoolSource is where the pool comes from: accounts.Store in rotor.
+type PoolSource interface {
+	Path() string
+	Load() (*accounts.Pool, error)
+}
+
+// WatchInterval is how often a proxy looks for changes made by other rotor
+// processes. Each look is two stat calls; files are read only when changed.
+const WatchInterval = 250 * time.Millisecond
+
+// Refresh brings sel up to date with src and the state file once: the pool
+// when accounts.json changed since stamp, then an exchange of runtime
+// state. It returns the stamp to pass next time. An unreadable store keeps
+// the last good pool in use.
+func Refresh(src PoolSource, sel *Selector, stamp accounts.Stamp) (accounts.Stamp, error) {
+	var firstErr error
+	if st := accounts.StatStamp(src.Path()); st != stamp {
+		p, err := src.Load()
+		if err == nil {
+			sel.SetPool(p)
+			stamp = st
+		} else {
+			firstErr = err
+		}
+	}
+	pool := sel.Pool()
+	keep := func(id string) bool { return pool.IndexOf(id) > 0 }
+	if err := sel.Runtime().Sync(keep); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return stamp, firstErr
+}
+
+// Watch calls Refresh every interval until ctx ends, then once more so the
+// last news of this process reaches state.json. onErr hears every failure
+// (a broken store must not stop the proxy, only be reported).
+func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Duration, onErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	stamp := accounts.Stamp{}
+	var last string
+	for {
+		var err error
+		stamp, err = Refresh(src, sel, stamp)
+		if err != nil && err.Error() != last {
+			onErr(err) // once per distinct failure, not four times a second
+		}
+		last = ""
+		if err != nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			if err := sel.Runtime().Sync(nil); err != nil {
+				onErr(err)
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
