@@ -155,7 +155,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	ev := s.deps.Log.Info().Str("request_id", rid).Int("status", r.Status).Str("code", spec.Code)
 	if c != nil {
 		ev = ev.Str("model", c.model).Int("attempts", len(c.attempted)).
-			Dur("duration", time.Since(c.start))
+			Int64("duration_ms", time.Since(c.start).Milliseconds())
 		if c.lastIndex > 0 {
 			ev = ev.Int("account", c.lastIndex)
 		}
@@ -218,8 +218,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {
 			s.fail(ctx, rid, rule.respond(c, &choice, res), c)
 			return
 		}
-		s.deps.Log.Debug().Str("request_id", rid).Int("account", choice.Index).
-			Str("outcome", rule.name).Int("upstream_status", res.status).Msg("failover")
+		s.deps.Log.Info().Str("request_id", rid).Int("account", choice.Index).
+			Str("outcome", rule.name).Int("upstream_status", res.status).Msg("failover: trying another account")
 	}
 }
 

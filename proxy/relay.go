@@ -181,7 +181,7 @@ func (r *relay) CloseWithError(wErr error) error {
 		}
 	}
 	ev = ev.Str("request_id", r.rid).Int("account", r.choice.Index).Str("model", r.model).
-		Int("status", status).Int("attempts", r.attempt).Dur("ttfb", r.ttfb).Dur("duration", dur)
+		Int("status", status).Int("attempts", r.attempt).Int64("ttfb_ms", r.ttfb.Milliseconds()).Int64("duration_ms", dur.Milliseconds())
 	if code != "" {
 		ev = ev.Str("code", code)
 	}

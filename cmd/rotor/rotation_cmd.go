@@ -111,7 +111,7 @@ func cmdRotation(a *app, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tSTATE\tLABEL\tHEALTH\tQUOTA 5H\tQUOTA WEEK\tLAST USED")
+	fmt.Fprintln(tw, "  #\tSTATE\tLABEL\tHEALTH\tPRIMARY QUOTA\tSECONDARY QUOTA\tLAST USED")
 	for _, r := range rows {
 		var p, s *rotation.Window
 		if r.Quota != nil {

@@ -1,0 +1,33 @@
+# rotor's build, test and demo entry points. Everything a fresh machine needs
+# beyond Go is installed by the targets themselves (see e2e).
+GO      ?= go
+BIN     := bin/rotor
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: build test lint bench demo e2e clean
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rotor
+
+# The whole suite: unit, integration (real loopback servers, real rotor
+# processes) and, when the npm registry answers, real-client end-to-end tests.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Speed and memory targets live here, not in timed unit tests.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./rotation/ ./proxy/
+
+# A first look with no real account: a fake upstream, three demo accounts
+# (one at its usage limit), a real proxy, a streamed answer and a failover.
+demo: build
+	$(GO) run ./cmd/rotor-demo -rotor $(BIN)
+
+clean:
+	rm -rf bin .cache
