@@ -175,6 +175,20 @@ type call struct {
 	attempted   []string
 	outcomes    []outcome
 	lastIndex   int
+
+	// The body as ChatGPT accounts get it, made on first use (compat.go).
+	chatgpt     []byte
+	assemble    bool
+	chatgptErr  error
+	chatgptMade bool
+}
+
+func (c *call) chatgptBody() ([]byte, bool, error) {
+	if !c.chatgptMade {
+		c.chatgpt, c.assemble, c.chatgptErr = chatgptBody(c.body)
+		c.chatgptMade = true
+	}
+	return c.chatgpt, c.assemble, c.chatgptErr
 }
 
 func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {

@@ -58,16 +58,19 @@ func (s *Server) relay(c *call, ch *rotation.Choice, res *result) {
 		status: resp.StatusCode(), resp: resp, body: resp.BodyStream(), start: c.start,
 		pending: res.pending,
 	}
-	if r.body == nil {
-		r.body = bytes.NewReader(resp.Body())
-	}
-	ct := resp.Header.ContentType()
-	r.isJSON = bytes.HasPrefix(ct, []byte("application/json"))
-	r.scan.onData = r.onEvent
 	n := resp.Header.ContentLength()
 	if n < 0 || len(r.pending) > 0 {
 		n = -1
 	}
+	switch {
+	case res.assembled != nil:
+		r.body, n = bytes.NewReader(res.assembled), len(res.assembled)
+		ctx.Response.Header.SetContentType("application/json")
+	case r.body == nil:
+		r.body = bytes.NewReader(resp.Body())
+	}
+	r.isJSON = bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("application/json"))
+	r.scan.onData = r.onEvent
 	ctx.SetBodyStream(r, n)
 }
 

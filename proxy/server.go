@@ -74,10 +74,11 @@ type SecretSource interface {
 	Get(id string) (secrets.Secret, error)
 }
 
-// Refresher renews a ChatGPT account's tokens after a 401 or before expiry.
-// It returns the new secret, or a typed AUTH_REFRESH_FAILED error.
+// Refresher renews a ChatGPT account's tokens after a 401 or before expiry;
+// stale is the secret that failed or is expiring. It returns the new
+// secret, or a typed AUTH_REFRESH_FAILED error.
 type Refresher interface {
-	Refresh(ctx context.Context, a accounts.Account) (secrets.Secret, error)
+	Refresh(ctx context.Context, a accounts.Account, stale secrets.Secret) (secrets.Secret, error)
 }
 
 // Flagger records what the proxy learns about an account that must outlive

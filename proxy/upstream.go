@@ -90,6 +90,7 @@ type result struct {
 	resp       *fasthttp.Response // outOK only: the caller owns it
 	body       []byte             // non-2xx: the first errBodyMax bytes
 	pending    []byte             // outOK: stream bytes already read, to send first
+	assembled  []byte             // outOK: the Response object built from a whole stream
 	resetAt    time.Time
 	upstreamID string
 }
@@ -106,13 +107,13 @@ func (s *Server) attempt(c *call, ch *rotation.Choice) *result {
 		return &result{out: outUnauthorized, status: 401, err: err}
 	}
 	if s.needsRefresh(a, &sec) {
-		if fresh, ok := s.refresh(c, ch); ok {
+		if fresh, ok := s.refresh(c, ch, sec); ok {
 			sec = fresh
 		}
 	}
 	res := s.send(c, a, &sec)
 	if res.out == outUnauthorized && s.canRefresh(a) {
-		if fresh, ok := s.refresh(c, ch); ok {
+		if fresh, ok := s.refresh(c, ch, sec); ok {
 			res = s.send(c, a, &fresh)
 		}
 	}
@@ -128,8 +129,8 @@ func (s *Server) needsRefresh(a *accounts.Account, sec *secrets.Secret) bool {
 	return s.canRefresh(a) && !sec.ExpiresAt.IsZero() && sec.ExpiresAt.Sub(s.deps.Clock.Now()) < 5*time.Minute
 }
 
-func (s *Server) refresh(c *call, ch *rotation.Choice) (secrets.Secret, bool) {
-	fresh, err := s.deps.Refresher.Refresh(c.ctx, ch.Account)
+func (s *Server) refresh(c *call, ch *rotation.Choice, stale secrets.Secret) (secrets.Secret, bool) {
+	fresh, err := s.deps.Refresher.Refresh(c.ctx, ch.Account, stale)
 	if err != nil {
 		s.deps.Log.Warn().Str("request_id", c.rid).Int("account", ch.Index).Err(err).Msg("token refresh failed")
 		return secrets.Secret{}, false
@@ -157,8 +158,16 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 		}
 	}
 	ad.prepare(&req.Header, a, sec)
+	assemble := false
 	if c.op != opModels {
-		req.SetBodyRaw(c.body)
+		body := c.body
+		if a.Kind == accounts.KindChatGPT && c.op == opResponses {
+			var err error
+			if body, assemble, err = c.chatgptBody(); err != nil {
+				return &result{out: outClientError, status: 400, body: []byte(`{"error":{"code":"invalid_json","message":"request body is not a JSON object"}}`)}
+			}
+		}
+		req.SetBodyRaw(body)
 	}
 
 	resp := fasthttp.AcquireResponse()
@@ -174,6 +183,9 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	}
 	if res.status >= 200 && res.status < 300 {
 		res.out, res.resp = outOK, resp
+		if sseAnswer(resp) && resp.BodyStream() != nil {
+			s.settleStart(res, assemble)
+		}
 		return res
 	}
 	res.body = readErrorBody(resp)
@@ -183,6 +195,35 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	}
 	fasthttp.ReleaseResponse(resp)
 	return res
+}
+
+// settleStart reads the start of a successful stream before anything is
+// sent: all of it when the client wants one Response object, else up to
+// the first output event. A stream that fails before any output becomes a
+// failed attempt, so the failover loop can still try another account.
+func (s *Server) settleStart(res *result, assemble bool) {
+	resp := res.resp
+	var failure string
+	var err error
+	if assemble {
+		res.assembled, failure, err = assembleResponse(resp.BodyStream())
+	} else {
+		res.pending, failure, err = holdBack(resp.BodyStream())
+		if err == io.EOF {
+			err = nil // a short stream read to its end: the relay sees EOF next
+		}
+	}
+	switch {
+	case err != nil:
+		res.out, res.err = outNetworkError, err
+	case failure != "":
+		res.out, res.body = failedStreamOutcome(failure), []byte(`{"error":{"code":"`+failure+`"}}`)
+	default:
+		return
+	}
+	closeStream(resp, errCut)
+	fasthttp.ReleaseResponse(resp)
+	res.resp, res.pending, res.assembled = nil, nil, nil
 }
 
 // readErrorBody reads at most errBodyMax bytes of an error answer and

@@ -44,6 +44,7 @@ func init() {
 		"serve":    {cmdServe, "serve [--host H] [--port P] [--account SEL]   run the proxy"},
 		"exec":     {cmdExec, "exec [--account SEL] -- CMD [ARGS]            run CMD through a private proxy"},
 		"env":      {cmdEnv, "env                                          print exports for the running proxy"},
+		"login":    {cmdLogin, "login [--device] [--no-browser] [--label L]  add a ChatGPT account by signing in"},
 		"import":   {cmdImport, "import codex [--file PATH] [--label L]      add the ChatGPT login of Codex CLI"},
 		"add-key":  {cmdAddKey, "add-key [--label L] [--base-url URL]        add an API key (read from stdin)"},
 		"list":     {cmdList, "list [--json]                                list accounts"},

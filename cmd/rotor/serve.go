@@ -124,6 +124,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		OpenAIBase:   strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
 	}, proxy.Deps{
 		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
+		Refresher: newRefresher(a, st, sec),
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,92 @@
+package oauth
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+)
+
+// RefreshLead is how long before expiry a token is refreshed.
+const RefreshLead = 5 * time.Minute
+
+// Refresher renews ChatGPT tokens so that, across every rotor process on
+// one ROTOR_HOME, at most one refresh per account runs at a time: it takes
+// the account's refresh lock, then reads the secret again, and only calls
+// the token endpoint when no other process has refreshed meanwhile.
+type Refresher struct {
+	Client  *Client
+	Secrets secrets.Store
+	// Dir holds the per-account lock files (ROTOR_HOME).
+	Dir string
+	// Flag marks an account whose refresh token is dead (may be nil).
+	Flag func(id, reason string) error
+	Now  func() time.Time
+}
+
+// Refresh returns fresh tokens for a, whose request just failed (or was
+// about to) with the tokens in stale.
+func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secrets.Secret) (secrets.Secret, error) {
+	lock, err := homefs.LockFile(filepath.Join(r.Dir, ".refresh-"+a.ID+".lock"), false, time.Minute)
+	if err != nil {
+		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
+	}
+	defer lock.Unlock()
+	cur, err := r.Secrets.Get(a.ID)
+	if err != nil {
+		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
+	}
+	now := r.Now()
+	if cur.AccessToken != "" && cur.AccessToken != stale.AccessToken && !Expiring(cur, now) {
+		return cur, nil // another process refreshed while we waited for the lock
+	}
+	if cur.RefreshToken == "" {
+		return secrets.Secret{}, rerr.AuthRefreshFailed(false, fmt.Errorf("account %s has no refresh token", a.Label))
+	}
+	t, err := r.Client.Refresh(ctx, cur.RefreshToken)
+	if err != nil {
+		if !rerr.IsRetryable(err) && r.Flag != nil {
+			r.Flag(a.ID, accounts.FlagTokenInvalid)
+		}
+		return secrets.Secret{}, err
+	}
+	next := SecretFrom(t, now)
+	if next.IDToken == "" {
+		next.IDToken = cur.IDToken
+	}
+	if err := r.Secrets.Set(a.ID, next); err != nil {
+		// The old refresh token is spent: losing the new one would lock
+		// the account out, so this is not retryable silently.
+		return secrets.Secret{}, rerr.AuthRefreshFailed(false, err)
+	}
+	return next, nil
+}
+
+// Expiring reports whether s's access token expires within RefreshLead.
+func Expiring(s secrets.Secret, now time.Time) bool {
+	return !s.ExpiresAt.IsZero() && s.ExpiresAt.Sub(now) < RefreshLead
+}
+
+// SecretFrom turns token-endpoint tokens into a stored secret; the expiry
+// comes from the access token's exp claim, else from expires_in.
+func SecretFrom(t Tokens, now time.Time) secrets.Secret {
+	s := secrets.Secret{AccessToken: t.AccessToken, RefreshToken: t.RefreshToken, IDToken: t.IDToken}
+	if id, err := accounts.ParseJWT(t.AccessToken); err == nil && !id.ExpiresAt.IsZero() {
+		s.ExpiresAt = id.ExpiresAt
+	} else if t.ExpiresIn > 0 {
+		s.ExpiresAt = now.Add(t.ExpiresIn).UTC()
+	}
+	return s
+}
+
+// Identity reads the account identity out of freshly issued tokens.
+func (t Tokens) Identity() accounts.Identity {
+	idt, _ := accounts.ParseJWT(t.IDToken)
+	at, _ := accounts.ParseJWT(t.AccessToken)
+	return idt.Merge(at)
+}

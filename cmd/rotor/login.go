@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+)
+
+func cmdLogin(a *app, args []string) error {
+	fs := a.flags("login")
+	device := fs.Bool("device", false, "sign in with a device code (for machines without a browser)")
+	noBrowser := fs.Bool("no-browser", false, "print the sign-in URL and read the redirect URL you paste back")
+	label := fs.String("label", "", "a name for the account (default its email)")
+	if pos, err := parse(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor login [--device] [--no-browser] [--label L]")
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	if _, err := st.Load(); err != nil {
+		return err // fail before the user signs in, not after
+	}
+	sec, err := a.secrets(st.Dir())
+	if err != nil {
+		return err
+	}
+	client := oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL"))
+	ctx, cancel := context.WithTimeout(context.Background(), oauth.DefaultTimeout)
+	defer cancel()
+	var t oauth.Tokens
+	switch {
+	case *device:
+		t, err = client.LoginDevice(ctx, a.stderr)
+	case *noBrowser:
+		t, err = client.LoginPaste(ctx, a.stdin, a.stderr)
+	default:
+		addr := a.getenv("ROTOR_LOGIN_ADDR") // tests listen elsewhere than 1455
+		if addr == "" {
+			addr = fmt.Sprintf("127.0.0.1:%d", oauth.CallbackPort)
+		}
+		t, err = client.LoginCallback(ctx, addr, openBrowser, a.stderr)
+	}
+	if err != nil {
+		return err
+	}
+	return a.saveLogin(st, sec, t, *label)
+}
+
+// saveLogin adds or updates the account a sign-in produced.
+func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, label string) error {
+	id := t.Identity()
+	if id.ChatGPTAccountID == "" {
+		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
+	}
+	var idx int
+	var created bool
+	var acct accounts.Account
+	_, err := st.Update(func(p *accounts.Pool) error {
+		idx, created = p.UpsertChatGPT(id, label, time.Now())
+		acct = *p.At(idx)
+		return sec.Set(acct.ID, oauth.SecretFrom(t, time.Now()))
+	})
+	if err != nil {
+		return err
+	}
+	verb := "Updated"
+	if created {
+		verb = "Added"
+	}
+	fmt.Fprintf(a.stdout, "%s ChatGPT account %d (%s, plan %s).\n", verb, idx, orDash(acct.Email), orDash(acct.PlanType))
+	return nil
+}
+
+// openBrowser asks the desktop to open u; it fails on machines without one,
+// and the caller then prints the URL.
+func openBrowser(u string) error {
+	var cmd *exec.Cmd
+	switch runtime.GOOS {
+	case "darwin":
+		cmd = exec.Command("open", u)
+	case "windows":
+		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", u)
+	default:
+		if _, err := exec.LookPath("xdg-open"); err != nil {
+			return err
+		}
+		cmd = exec.Command("xdg-open", u)
+	}
+	return cmd.Start()
+}
+
+// newRefresher wires token refresh for a proxy on st.
+func newRefresher(a *app, st *accounts.Store, sec secrets.Store) *oauth.Refresher {
+	return &oauth.Refresher{
+		Client:  oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL")),
+		Secrets: sec,
+		Dir:     st.Dir(),
+		Flag: func(id, reason string) error {
+			_, err := st.Flag(id, reason, false)
+			return err
+		},
+		Now: time.Now,
+	}
+}
