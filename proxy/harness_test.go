@@ -31,7 +31,7 @@ type acct struct {
 // env is a real proxy on a loopback port in front of a real fake upstream,
 // with a store, secrets and runtime state in a temporary ROTOR_HOME.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	up    *fakeupstream.Server
 	store *accounts.Store
 	sel   *rotation.Selector
@@ -43,7 +43,7 @@ type env struct {
 
 type envOption func(*Config)
 
-func newEnv(t *testing.T, accts []acct, opts ...envOption) *env {
+func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	t.Helper()
 	up := fakeupstream.New("../testdata")
 	if err := up.Start("127.0.0.1:0"); err != nil {
@@ -107,6 +107,26 @@ func newEnv(t *testing.T, accts []acct, opts ...envOption) *env {
 		usage.Close()
 	})
 	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usage}
+}
+
+// newBenchEnv is a one-account (API key "k1") env for benchmarks; edit
+// changes the pool before the proxy uses it.
+func newBenchEnv(b *testing.B, edit ...func(*accounts.Pool)) *env {
+	e := newEnv(b, []acct{{accounts.KindAPIKey, "k1"}})
+	if len(edit) > 0 {
+		p, err := e.store.Update(func(p *accounts.Pool) error {
+			for _, f := range edit {
+				f(p)
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.pool = p
+		e.sel.SetPool(p)
+	}
+	return e
 }
 
 // id returns the account id at a 1-based index.

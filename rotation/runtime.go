@@ -39,8 +39,42 @@ type stateFile struct {
 type entry struct {
 	st       AccountState
 	tokens   float64
-	tokensAt time.Time
-	picked   time.Time
+	tokensAt int64 // unix ns of the last refill
+	picked   int64 // unix ns of this process's last pick
+
+	// Derived from st by derive() whenever st changes, so the selection
+	// loop compares integers instead of walking times and windows.
+	blocked    int64 // unix ns before which the account cannot serve
+	healthBase int   // health at healthAt
+	healthAt   int64 // unix ns; 0 = never judged (full health)
+	lastUsed   int64 // unix ns
+	quotaLeft  float64
+	quotaDefer bool
+	quotaUntil int64 // unix ns when the quota figures go stale (a window resets); 0 = never
+}
+
+// derive recomputes the entry's integer view of st. Callers hold r.mu.
+func (e *entry) derive() {
+	e.blocked = max(nanos(e.st.CircuitOpenUntil), nanos(e.st.RateLimitedUntil), nanos(e.st.CooldownUntil))
+	e.healthBase, e.healthAt = e.st.Health, nanos(e.st.HealthAt)
+	e.lastUsed = nanos(e.st.LastUsed)
+	e.quotaLeft, e.quotaDefer, e.quotaUntil = 1, false, 0
+	if q := e.st.Quota; q != nil {
+		now := time.Now()
+		e.quotaLeft, e.quotaDefer = e.st.headroom(now)
+		for _, w := range [2]*Window{q.Primary, q.Secondary} {
+			if w != nil && w.ResetsAt.After(now) && (e.quotaUntil == 0 || nanos(w.ResetsAt) < e.quotaUntil) {
+				e.quotaUntil = nanos(w.ResetsAt)
+			}
+		}
+	}
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // Runtime is the shared runtime state of every account, kept in memory and
@@ -75,7 +109,7 @@ func (r *Runtime) Path() string { return r.path }
 func (r *Runtime) get(id string) *entry {
 	e := r.m[id]
 	if e == nil {
-		e = &entry{tokens: bucketSize, tokensAt: r.clock.Now()}
+		e = &entry{tokens: bucketSize, tokensAt: r.clock.Now().UnixNano()}
 		r.m[id] = e
 	}
 	return e
@@ -95,7 +129,9 @@ func (r *Runtime) Snapshot(id string) AccountState {
 func (r *Runtime) update(id string, fn func(s *AccountState, now time.Time)) {
 	now := r.clock.Now()
 	r.mu.Lock()
-	fn(&r.get(id).st, now)
+	e := r.get(id)
+	fn(&e.st, now)
+	e.derive()
 	r.dirty = true
 	r.mu.Unlock()
 }
@@ -200,6 +236,7 @@ func (r *Runtime) Clear(id string) {
 	e := r.get(id)
 	e.st.RateLimitedUntil, e.st.CooldownUntil, e.st.CooldownReason = time.Time{}, time.Time{}, ""
 	e.st.CircuitOpenUntil, e.st.Failures = time.Time{}, nil
+	e.derive()
 	r.dirty = true
 }
 
@@ -271,7 +308,9 @@ func (r *Runtime) mergeLocked(disk *stateFile, keep func(string) bool) {
 		if keep != nil && !keep(id) {
 			continue
 		}
-		r.get(id).st.Merge(st)
+		e := r.get(id)
+		e.st.Merge(st)
+		e.derive()
 	}
 	if keep != nil {
 		for id := range r.m {

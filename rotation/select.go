@@ -45,7 +45,11 @@ type view struct {
 	pool    *accounts.Pool
 	entries []*entry  // parallel to pool.Accounts
 	offset  []float64 // this process's small per-account tie-breaker
+	index   map[string]int
 }
+
+// indexOf returns the 1-based index of the account with id, or 0.
+func (v *view) indexOf(id string) int { return v.index[id] }
 
 // Selector picks the account for each request (SPEC §4 Selection). It is
 // safe for concurrent use.
@@ -79,10 +83,12 @@ func (s *Selector) SetProcessPin(id string) {
 
 // SetPool installs a new version of the pool.
 func (s *Selector) SetPool(p *accounts.Pool) {
-	v := &view{pool: p, entries: make([]*entry, len(p.Accounts)), offset: make([]float64, len(p.Accounts))}
+	v := &view{pool: p, entries: make([]*entry, len(p.Accounts)), offset: make([]float64, len(p.Accounts)),
+		index: make(map[string]int, len(p.Accounts))}
 	s.rt.mu.Lock()
 	for i := range p.Accounts {
 		v.entries[i] = s.rt.get(p.Accounts[i].ID)
+		v.index[p.Accounts[i].ID] = i + 1
 	}
 	s.rt.mu.Unlock()
 	r := rand.New(rand.NewPCG(s.seed, 0x9e3779b97f4a7c15))
@@ -186,7 +192,7 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 	}
 	if req.AffinityKey != "" {
 		if id, ok := s.affinity.Get(req.AffinityKey); ok {
-			if i := v.pool.IndexOf(id); i > 0 && !req.attempted(id) &&
+			if i := v.indexOf(id); i > 0 && !req.attempted(id) &&
 				skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
 				return s.take(v, i, now, WhyAffinity, ""), nil
 			}
@@ -205,7 +211,7 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 // pickPinned picks the pinned account id or explains why it cannot serve;
 // with dry it never records a pick.
 func (s *Selector) pickPinned(v *view, req *Request, now time.Time, id, source, why string, dry bool) (Choice, *Refusal) {
-	i := v.pool.IndexOf(id)
+	i := v.indexOf(id)
 	reason := SkipMissing
 	if i > 0 {
 		reason = skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now)
@@ -232,32 +238,39 @@ func (s *Selector) take(v *view, i int, now time.Time, why, source string) Choic
 	e := v.entries[i-1]
 	refill(e, now)
 	e.tokens = max(e.tokens-1, 0)
-	e.picked = now
+	e.picked = now.UnixNano()
 	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source}
 }
 
 func refill(e *entry, now time.Time) {
-	if dt := now.Sub(e.tokensAt).Seconds(); dt > 0 {
+	if dt := float64(now.UnixNano()-e.tokensAt) / 1e9; dt > 0 {
 		e.tokens = min(bucketSize, e.tokens+dt*bucketRefill)
-		e.tokensAt = now
+		e.tokensAt = now.UnixNano()
 	}
 }
 
 // score ranks a usable account: health, its token bucket, time since this
 // process last picked it or anyone last used it, and quota headroom, plus a
-// per-process offset small enough to break ties only.
-func score(e *entry, now time.Time, offset float64) (float64, bool) {
-	health := float64(e.st.HealthNow(now)) / 100
+// per-process offset small enough to break ties only. It reads the entry's
+// derived integers: it runs for every account on every request.
+func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool) {
+	health := 1.0
+	if e.healthAt != 0 {
+		h := e.healthBase + int((nowNS-e.healthAt)/int64(time.Minute))*healthRecovery
+		health = float64(min(max(h, 0), 100)) / 100
+	}
 	tokens := e.tokens
-	if dt := now.Sub(e.tokensAt).Seconds(); dt > 0 {
+	if dt := float64(nowNS-e.tokensAt) / 1e9; dt > 0 {
 		tokens = min(bucketSize, tokens+dt*bucketRefill)
 	}
-	last := later(e.picked, e.st.LastUsed)
 	idle := 1.0
-	if !last.IsZero() {
-		idle = min(now.Sub(last).Seconds()/idleHorizon.Seconds(), 1)
+	if last := max(e.lastUsed, e.picked); last != 0 {
+		idle = min(float64(nowNS-last)/float64(idleHorizon), 1)
 	}
-	head, deferred := e.st.headroom(now)
+	head, deferred := e.quotaLeft, e.quotaDefer
+	if e.quotaUntil != 0 && nowNS >= e.quotaUntil {
+		head, deferred = e.st.headroom(now) // a window has reset since derive
+	}
 	return 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 0.01*offset, deferred
 }
 
@@ -324,10 +337,10 @@ func (s *Selector) Next() (int, string) {
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
 	if pin := s.processPin.Load(); pin != nil {
-		return v.pool.IndexOf(*pin), WhyProcessPin
+		return v.indexOf(*pin), WhyProcessPin
 	}
 	if v.pool.PinnedAccountID != nil {
-		i := v.pool.IndexOf(*v.pool.PinnedAccountID)
+		i := v.indexOf(*v.pool.PinnedAccountID)
 		if i > 0 && skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
 			return i, WhyManualPin
 		}
@@ -349,12 +362,14 @@ func (s *Selector) Next() (int, string) {
 func best(v *view, req *Request, now time.Time) (int, bool) {
 	bi, bd := 0, false
 	var bs float64
+	nowNS := now.UnixNano()
 	for i := range v.pool.Accounts {
 		a := &v.pool.Accounts[i]
-		if skipReason(a, v.entries[i], now) != "" || req.attempted(a.ID) {
+		e := v.entries[i]
+		if !a.Enabled || a.FlaggedReason != nil && *a.FlaggedReason != "" || e.blocked > nowNS || req.attempted(a.ID) {
 			continue
 		}
-		sc, d := score(v.entries[i], now, v.offset[i])
+		sc, d := score(e, now, nowNS, v.offset[i])
 		if bi == 0 || (bd && !d) || (d == bd && sc > bs) {
 			bi, bs, bd = i+1, sc, d
 		}

@@ -133,9 +133,25 @@ func (s *AccountState) Availability(now time.Time) (reason string, until time.Ti
 	case s.RateLimitedUntil.After(now):
 		return "rate-limited", s.RateLimitedUntil
 	case s.CooldownUntil.After(now):
-		return "cooling-down:" + s.CooldownReason, s.CooldownUntil
+		return CoolingDown(s.CooldownReason), s.CooldownUntil
 	}
 	return "", time.Time{}
+}
+
+// CoolingDown is the skip reason of a cooldown with reason. The known
+// reasons are constants so the selection loop never builds a string.
+func CoolingDown(reason string) string {
+	switch reason {
+	case CooldownAuthFailure:
+		return "cooling-down:" + CooldownAuthFailure
+	case CooldownServerError:
+		return "cooling-down:" + CooldownServerError
+	case CooldownNetworkError:
+		return "cooling-down:" + CooldownNetworkError
+	case CooldownTokenInvalidated:
+		return "cooling-down:" + CooldownTokenInvalidated
+	}
+	return "cooling-down:" + reason
 }
 
 // HealthAt returns the account's health (0-100) at now. Health lost to
@@ -167,16 +183,17 @@ func (s *AccountState) headroom(now time.Time) (float64, bool) {
 	if s.Quota == nil {
 		return 1, false
 	}
-	left, deferred := 1.0, false
-	for _, w := range []*Window{s.Quota.Primary, s.Quota.Secondary} {
-		if w == nil || (!w.ResetsAt.IsZero() && !w.ResetsAt.After(now)) {
-			continue
-		}
-		l := (100 - w.UsedPercent) / 100
-		left = min(left, max(l, 0))
-		if l <= 0.05 {
-			deferred = true
-		}
+	l1, d1 := s.Quota.Primary.left(now)
+	l2, d2 := s.Quota.Secondary.left(now)
+	return min(l1, l2), d1 || d2
+}
+
+// left is the fraction of w still available at now (1 once w has reset or
+// when unknown), and whether that is 5% or less.
+func (w *Window) left(now time.Time) (float64, bool) {
+	if w == nil || (!w.ResetsAt.IsZero() && !w.ResetsAt.After(now)) {
+		return 1, false
 	}
-	return left, deferred
+	l := max((100-w.UsedPercent)/100, 0)
+	return l, l <= 0.05
 }

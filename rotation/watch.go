@@ -32,8 +32,8 @@ func Refresh(src PoolSource, sel *Selector, stamp accounts.Stamp) (accounts.Stam
 			firstErr = err
 		}
 	}
-	pool := sel.Pool()
-	keep := func(id string) bool { return pool.IndexOf(id) > 0 }
+	v := sel.cur.Load()
+	keep := func(id string) bool { return v.indexOf(id) > 0 }
 	if err := sel.Runtime().Sync(keep); err != nil && firstErr == nil {
 		firstErr = err
 	}

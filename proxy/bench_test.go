@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/accounts"
+)
+
+// The proxy benchmarks report what a user feels, as custom metrics:
+//   - BenchmarkNonStreamed: p50-added-µs, the latency rotor adds to a
+//     non-streamed request over calling the upstream directly (target < 150).
+//   - BenchmarkStreamEvent: p99-added-µs, the delay rotor adds to each SSE
+//     event (target < 1000).
+//   - BenchmarkStreamMemory: heap-growth-B after a long stream, and
+//     B/event allocated: memory must not grow with the number of events.
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(int(float64(len(s))*p), len(s)-1)]
+}
+
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+
+func post(b *testing.B, url, body string, auth string) *http.Response {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+auth)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := benchClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return resp
+}
+
+func BenchmarkNonStreamed(b *testing.B) {
+	e := newBenchEnv(b)
+	body := `{"model":"gpt-5","stream":false,"input":"hi"}`
+	var direct, proxied []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		r := post(b, e.up.OpenAIBase()+"/responses", body, "k1")
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		direct = append(direct, time.Since(start))
+
+		start = time.Now()
+		r = post(b, e.base+"/v1/responses", body, testKey)
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			b.Fatalf("status %d", r.StatusCode)
+		}
+		proxied = append(proxied, time.Since(start))
+	}
+	pd, pp := percentile(direct, 0.5), percentile(proxied, 0.5)
+	b.ReportMetric(float64(pd.Microseconds()), "p50-direct-µs")
+	b.ReportMetric(float64(pp.Microseconds()), "p50-proxied-µs")
+	b.ReportMetric(float64((pp - pd).Microseconds()), "p50-added-µs")
+}
+
+// tsServer streams n SSE events, each stamped with the time it was written
+// and flushed, so a reader on the same machine measures each event's delay.
+func tsServer(b *testing.B, n int, gap time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		events := n
+		if v := r.URL.Query().Get("n"); v != "" {
+			events, _ = strconv.Atoi(v)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := w.(http.Flusher)
+		var buf []byte
+		for i := range events {
+			typ := "response.output_text.delta"
+			if i == 0 {
+				typ = "response.output_item.added"
+			}
+			buf = append(buf[:0], `event: `+typ+"\ndata: {\"type\":\""+typ+`","ts":`...)
+			buf = strconv.AppendInt(buf, time.Now().UnixNano(), 10)
+			buf = append(buf, `,"delta":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`+"\n\n"...)
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			f.Flush()
+			if gap > 0 {
+				time.Sleep(gap)
+			}
+		}
+		io.WriteString(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}}\n\n")
+	})}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// readDelays reads an SSE stream and returns each event's delay since the
+// server stamped it.
+func readDelays(b *testing.B, r io.Reader, into []time.Duration) []time.Duration {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data: ")) {
+			if ts := gjson.GetBytes(line[6:], "ts").Int(); ts > 0 {
+				into = append(into, time.Duration(time.Now().UnixNano()-ts))
+			}
+		}
+		if err != nil {
+			return into
+		}
+	}
+}
+
+func BenchmarkStreamEvent(b *testing.B) {
+	up := tsServer(b, 200, 200*time.Microsecond)
+	e := newBenchEnv(b, func(p *accounts.Pool) { p.Accounts[0].BaseURL = up })
+	body := `{"model":"gpt-5","stream":true,"input":"hi"}`
+	var direct, proxied []time.Duration
+	for b.Loop() {
+		r := post(b, up+"/responses", body, "k1")
+		direct = readDelays(b, r.Body, direct)
+		r.Body.Close()
+		r = post(b, e.base+"/v1/responses", body, testKey)
+		proxied = readDelays(b, r.Body, proxied)
+		r.Body.Close()
+	}
+	d99, p99 := percentile(direct, 0.99), percentile(proxied, 0.99)
+	b.ReportMetric(float64(percentile(proxied, 0.5).Microseconds()), "p50-proxied-µs")
+	b.ReportMetric(float64(d99.Microseconds()), "p99-direct-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "p99-proxied-µs")
+	b.ReportMetric(float64((p99 - d99).Microseconds()), "p99-added-µs")
+}
+
+func BenchmarkStreamMemory(b *testing.B) {
+	up := tsServer(b, 0, 0)
+	e := newBenchEnv(b, func(p *accounts.Pool) { p.Accounts[0].BaseURL = up })
+	body := `{"model":"gpt-5","stream":true,"input":"hi"}`
+	stream := func(n int) {
+		r := post(b, e.base+"/v1/responses?n="+strconv.Itoa(n), body, testKey)
+		br := bufio.NewReaderSize(r.Body, 64<<10)
+		for {
+			if _, err := br.ReadSlice('\n'); err != nil {
+				break
+			}
+		}
+		r.Body.Close()
+	}
+	stream(100) // warm up connections and pools
+	for _, n := range []int{1_000, 50_000} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			var before, after runtime.MemStats
+			for b.Loop() {
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				stream(n)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+			}
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(n), "B/event")
+			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)), "heap-growth-B")
+		})
+	}
+}
