@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -194,6 +195,12 @@ func Open(dir, mode string, warn io.Writer, opts ...Option) (Store, error) {
 		}
 		return ks, nil
 	case ModeAuto, "":
+		// Once secrets live in the file, auto keeps using it: switching to
+		// a keyring that answers today would hide every stored secret (and
+		// lose single-use refresh tokens written since).
+		if fs := newFileStore(dir); fileExists(fs.path) {
+			return fs, nil
+		}
 		ks := newKeyringStore(dir, o.keyring, o.timeout)
 		err := ks.probe()
 		if err == nil {
@@ -231,4 +238,9 @@ func checkID(id string) error {
 		return nil
 	}
 	return &Error{Code: CodeValidation, msg: fmt.Sprintf("invalid account id %q: it %s", id, bad)}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -677,3 +677,30 @@ func TestSecretFormattingIsRedacted(t *testing.T) {
 		t.Fatalf("String() = %s", s.String())
 	}
 }
+
+// Once secrets are in secrets.json, auto mode keeps using the file even
+// when a keyring answers later: otherwise every stored secret would vanish.
+func TestAutoKeepsExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	fs, err := Open(dir, ModeFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Set("acct_1", Secret{APIKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	var warn strings.Builder
+	st, err := Open(dir, ModeAuto, &warn, WithKeyring(newMemKeyring()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Backend() != BackendFile {
+		t.Fatalf("auto picked %s with secrets.json present", st.Backend())
+	}
+	if got, err := st.Get("acct_1"); err != nil || got.APIKey != "k" {
+		t.Fatalf("Get = %v, %v", got, err)
+	}
+	if warn.Len() != 0 {
+		t.Fatalf("unexpected warning: %q", warn.String())
+	}
+}
