@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -168,6 +169,11 @@ func Parse(path string, data []byte) (*Pool, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&p); err != nil {
 		return nil, rerr.StorageUnreadable(path, fmt.Errorf("invalid JSON: %w", err))
+	}
+	// Anything after the object means the file is damaged; a rewrite would
+	// silently drop it.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, rerr.StorageUnreadable(path, errors.New("invalid JSON: unexpected data after the top-level object"))
 	}
 	if p.Version != 1 {
 		return nil, rerr.StorageUnreadable(path, fmt.Errorf("unsupported version %d", p.Version))

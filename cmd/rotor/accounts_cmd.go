@@ -19,8 +19,13 @@ func cmdAddKey(a *app, args []string) error {
 	fs := a.flags("add-key")
 	label := fs.String("label", "", "a name for the account")
 	base := fs.String("base-url", "", "an OpenAI-compatible base URL (default ROTOR_OPENAI_BASE_URL)")
-	if _, err := parse(fs, args); err != nil {
+	pos, err := parse(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		// Never echo the argument: it may be the key itself.
+		return rerr.Validation("key", "rotor add-key takes no arguments: the key is read from stdin only. Usage: printf '%s' \"$KEY\" | rotor add-key [--label L]")
 	}
 	if *base != "" {
 		if u, err := url.Parse(*base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -123,6 +128,11 @@ func cmdImport(a *app, args []string) error {
 
 // indexArg reads the single <index> argument of remove/enable/disable/switch.
 func (a *app) indexArg(name string, args []string) (string, error) {
+	// "-1" is a (bad) index, not a flag: keep it positional so the user
+	// reads "Invalid index: -1" rather than a flag error.
+	if len(args) == 1 && len(args[0]) > 1 && args[0][0] == '-' && strings.Trim(args[0][1:], "0123456789") == "" {
+		return args[0], nil
+	}
 	pos, err := parse(a.flags(name), args)
 	if err != nil {
 		return "", err

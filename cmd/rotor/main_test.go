@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+)
+
+// rotorBin is the rotor binary the tests run, built once by TestMain.
+var rotorBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rotor-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	rotorBin = filepath.Join(dir, "rotor")
+	build := exec.Command("go", "build", "-o", rotorBin, "./cmd/rotor")
+	build.Dir = filepath.Join("..", "..") // the module root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building rotor: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cmdTimeout bounds every run of the binary.
+const cmdTimeout = 60 * time.Second
+
+// home is a rotor home for one test, and the environment rotor runs with:
+// a fresh HOME, ROTOR_HOME (not created yet: rotor creates it),
+// ROTOR_SECRETS=file and a CODEX_HOME with no login in it.
+type home struct {
+	t    *testing.T
+	dir  string // ROTOR_HOME
+	env  []string
+	logs []result // every run, so tests can check no output leaks a secret
+}
+
+func newHome(t *testing.T) *home {
+	t.Helper()
+	root := t.TempDir()
+	h := &home{t: t, dir: filepath.Join(root, "rotor-home")}
+	h.env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + filepath.Join(root, "user"),
+		"ROTOR_HOME=" + h.dir,
+		"ROTOR_SECRETS=file",
+		"CODEX_HOME=" + filepath.Join(root, "codex-empty"),
+	}
+	return h
+}
+
+// setenv sets one variable of the environment rotor runs with.
+func (h *home) setenv(key, value string) {
+	for i, kv := range h.env {
+		if strings.HasPrefix(kv, key+"=") {
+			h.env[i] = key + "=" + value
+			return
+		}
+	}
+	h.env = append(h.env, key+"="+value)
+}
+
+type result struct {
+	args           []string
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("rotor %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
+}
+
+// command prepares a run of the rotor binary with stdin.
+func (h *home) command(ctx context.Context, stdin string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	cmd := exec.CommandContext(ctx, rotorBin, args...)
+	cmd.Env = h.env
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	return cmd, &stdout, &stderr
+}
+
+// run runs rotor with stdin and args and returns its output and exit status.
+func (h *home) run(stdin string, args ...string) result {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd, stdout, stderr := h.command(ctx, stdin, args...)
+	err := cmd.Run()
+	r := result{args: args, stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		h.t.Fatalf("rotor %s did not finish within %v", strings.Join(args, " "), cmdTimeout)
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		h.t.Fatal(err)
+	}
+	h.logs = append(h.logs, r)
+	return r
+}
+
+// ok runs rotor and fails the test unless it exits 0.
+func (h *home) ok(stdin string, args ...string) result {
+	h.t.Helper()
+	r := h.run(stdin, args...)
+	if r.code != 0 {
+		h.t.Fatalf("want exit 0: %v", r)
+	}
+	return r
+}
+
+// addKey adds an API-key account with label and key.
+func (h *home) addKey(label, key string) {
+	h.t.Helper()
+	h.ok(key, "add-key", "--label", label)
+}
+
+func (h *home) path(name string) string { return filepath.Join(h.dir, name) }
+
+// pool parses accounts.json with the store's own parser.
+func (h *home) pool() *accounts.Pool {
+	h.t.Helper()
+	data, err := os.ReadFile(h.path(accounts.FileName))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p, err := accounts.Parse(h.path(accounts.FileName), data)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// secretsFile is the content of secrets.json: account id to secret fields.
+func (h *home) secretsFile() map[string]map[string]any {
+	h.t.Helper()
+	data, err := os.ReadFile(h.path("secrets.json"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var doc struct {
+		Secrets map[string]map[string]any `json:"secrets"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		h.t.Fatalf("secrets.json: %v", err)
+	}
+	return doc.Secrets
+}
+
+// jsonObject decodes out as exactly one JSON object and checks it is
+// pretty-printed.
+func jsonObject(t *testing.T, out string) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	var v map[string]any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("not a JSON object: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Fatalf("more than one JSON value:\n%s", out)
+	}
+	if !strings.HasPrefix(out, "{\n  \"") {
+		t.Errorf("not pretty-printed:\n%s", out)
+	}
+	return v
+}
+
+// hasKeys checks that obj has every key.
+func hasKeys(t *testing.T, what string, obj any, keys ...string) map[string]any {
+	t.Helper()
+	m, ok := obj.(map[string]any)
+	if !ok {
+		t.Fatalf("%s is %T, want an object", what, obj)
+	}
+	for _, k := range keys {
+		if _, ok := m[k]; !ok {
+			t.Errorf("%s has no %q field: %v", what, k, m)
+		}
+	}
+	return m
+}
+
+// makeJWT builds an unsigned JWT (header.payload.signature) with claims.
+func makeJWT(t *testing.T, claims map[string]any, sig string) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." + enc(claims) + "." +
+		base64.RawURLEncoding.EncodeToString([]byte(sig))
+}
+
+// codexLogin is a Codex CLI auth.json and the tokens in it.
+type codexLogin struct {
+	idToken, accessToken, refreshToken string
+}
+
+// writeCodexAuth writes a Codex auth.json for a ChatGPT login to path. The
+// account id is only in the JWT claims unless accountID is set.
+func writeCodexAuth(t *testing.T, path, email, chatgptAccountID, plan, accountID, tag string) codexLogin {
+	t.Helper()
+	auth := map[string]any{"chatgpt_account_id": chatgptAccountID, "chatgpt_plan_type": plan}
+	l := codexLogin{
+		idToken: makeJWT(t, map[string]any{"email": email, "https://api.openai.com/auth": auth,
+			"exp": time.Now().Add(time.Hour).Unix()}, "id-sig-"+tag),
+		accessToken: makeJWT(t, map[string]any{"https://api.openai.com/auth": auth,
+			"exp": time.Now().Add(10 * 24 * time.Hour).Unix()}, "access-sig-"+tag),
+		refreshToken: "rt_" + tag + "_refresh_secret",
+	}
+	tokens := map[string]any{"id_token": l.idToken, "access_token": l.accessToken, "refresh_token": l.refreshToken}
+	if accountID != "" {
+		tokens["account_id"] = accountID
+	}
+	b, err := json.MarshalIndent(map[string]any{"OPENAI_API_KEY": nil, "tokens": tokens, "last_refresh": time.Now()}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
