@@ -3,18 +3,21 @@ module github.com/rotorproxy/rotor
 go 1.26
 
 require (
+	github.com/rs/zerolog v1.35.1
+	github.com/tidwall/gjson v1.20.0
+	github.com/valyala/fasthttp v1.73.0
+	github.com/zalando/go-keyring v0.2.8
+)
+
+require (
 	github.com/andybalholm/brotli v1.2.2 // indirect
 	github.com/danieljoos/wincred v1.2.3 // indirect
 	github.com/godbus/dbus/v5 v5.2.2 // indirect
 	github.com/klauspost/compress v1.19.1 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
-	github.com/tidwall/gjson v1.20.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fasthttp v1.73.0 // indirect
-	github.com/zalando/go-keyring v0.2.8 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )

@@ -273,7 +273,12 @@ func upstreamSpec(res *result) rerr.Spec {
 func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
 	now := s.deps.Clock.Now()
 	skips := make(map[string]string, len(ref.SkipReasons))
+	untried := false
 	for i, r := range ref.SkipReasons {
+		if r == "" {
+			untried = true // usable, only not tried: the attempt budget ran out, or a pin forbids it
+			continue
+		}
 		skips[strconv.Itoa(i)] = r
 	}
 	if len(c.outcomes) > 0 && allEntitlement(c.outcomes) {
@@ -311,7 +316,13 @@ func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
 		return
 	}
 	reason := exhaustionReason(c.outcomes, ref)
-	spec := rerr.Spec{Code: rerr.PoolExhausted, RetryAfter: ref.RetryAfter,
+	retryAfter := ref.RetryAfter
+	if untried {
+		// Only this request's attempt budget (--max-attempts) is spent: an
+		// account can serve right now, so the earliest recovery is now.
+		retryAfter, retryMS = 0, 0
+	}
+	spec := rerr.Spec{Code: rerr.PoolExhausted, RetryAfter: retryAfter,
 		Message: fmt.Sprintf("no account can serve this request now (%s); run \"rotor rotation status\" for details", reason),
 		Extra: []rerr.Field{
 			{Key: "reason", Value: reason},
@@ -320,11 +331,23 @@ func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
 			{Key: "account_skip_reasons", Value: skips},
 		}}
 	if reason == "rate-limit" {
-		spec.Status, spec.Type, spec.Category = 429, rerr.TypeUsageLimit, rerr.CategoryRateLimit
-		spec.Message = fmt.Sprintf("every account has reached its usage limit; the first one resets at %s", ref.ResetAt.UTC().Format(time.RFC3339))
-		in := int64(ref.ResetAt.Sub(now).Seconds() + 0.999)
+		// Codex CLI reads type usage_limit_reached and resets_at to tell its
+		// user when to come back; the status is 429 only when every account
+		// waits for a reset, 503 when the attempt budget ran out first.
+		spec.Type, spec.Category = rerr.TypeUsageLimit, rerr.CategoryRateLimit
+		if ref.AllRateLimited {
+			spec.Status = 429
+			spec.Message = fmt.Sprintf("every account has reached its usage limit; the first one resets at %s", ref.ResetAt.UTC().Format(time.RFC3339))
+		} else {
+			spec.Message = "the accounts tried have reached their usage limit; try again, or run \"rotor rotation status\""
+		}
+		resetAt := ref.ResetAt
+		if untried || resetAt.IsZero() {
+			resetAt = now // an account can serve at once: come back now
+		}
+		in := int64(resetAt.Sub(now).Seconds() + 0.999)
 		spec.Extra = append(spec.Extra,
-			rerr.Field{Key: "resets_at", Value: ref.ResetAt.Unix()},
+			rerr.Field{Key: "resets_at", Value: resetAt.Unix()},
 			rerr.Field{Key: "resets_in_seconds", Value: max(in, 0)})
 	}
 	s.fail(c.ctx, c.rid, spec, c)
@@ -341,13 +364,13 @@ func allEntitlement(outs []outcome) bool {
 
 // exhaustionReason names why the pool is exhausted: rate-limit when every
 // live account waits for a usage-limit reset, else the last failure this
-// request met, else what the skipped accounts are waiting for.
+// request met, else what most skipped accounts are waiting for.
 func exhaustionReason(outs []outcome, ref *rotation.Refusal) string {
 	if ref.AllRateLimited && !ref.ResetAt.IsZero() {
 		return "rate-limit"
 	}
 	for i := len(outs) - 1; i >= 0; i-- {
-		if r := failover[outs[i]].reason; r != "" && r != "rate-limit" {
+		if r := failover[outs[i]].reason; r != "" {
 			return r
 		}
 	}
@@ -358,9 +381,7 @@ func exhaustionReason(outs []outcome, ref *rotation.Refusal) string {
 		}
 	}
 	best, n := "no-account", 0
-	// rate-limit is not a candidate here: it is the reason only when every
-	// live account is limited, which answers 429 above.
-	for _, k := range []string{"server-error", "network-error", "auth-failure"} {
+	for _, k := range []string{"rate-limit", "server-error", "network-error", "auth-failure"} {
 		if counts[k] > n {
 			best, n = k, counts[k]
 		}
@@ -369,6 +390,7 @@ func exhaustionReason(outs []outcome, ref *rotation.Refusal) string {
 }
 
 var skipToReason = map[string]string{
+	rotation.SkipRateLimited:                            "rate-limit",
 	rotation.SkipCircuitOpen:                            "server-error",
 	"cooling-down:" + rotation.CooldownServerError:      "server-error",
 	"cooling-down:" + rotation.CooldownNetworkError:     "network-error",

@@ -153,6 +153,15 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	}
 	ctx.SetBody(r.Body)
 	ev := s.deps.Log.Info().Str("request_id", rid).Int("status", r.Status).Str("code", spec.Code)
+	if c != nil && s.deps.Usage != nil {
+		// Failed requests count too: "rotor report" shows errors by code.
+		rec := rotation.Usage{Time: s.deps.Clock.Now().UTC(), RequestID: rid, Model: c.model,
+			Status: r.Status, Code: spec.Code, DurMS: time.Since(c.start).Milliseconds()}
+		if n := len(c.attempted); n > 0 {
+			rec.AccountID = c.attempted[n-1]
+		}
+		s.deps.Usage.Append(rec)
+	}
 	if c != nil {
 		ev = ev.Str("model", c.model).Int("attempts", len(c.attempted)).
 			Int64("duration_ms", time.Since(c.start).Milliseconds())

@@ -53,14 +53,15 @@ type entry struct {
 	quotaUntil int64 // unix ns when the quota figures go stale (a window resets); 0 = never
 }
 
-// derive recomputes the entry's integer view of st. Callers hold r.mu.
-func (e *entry) derive() {
+// derive recomputes the entry's integer view of st at now (the runtime's
+// clock, never the wall clock: tests and the selector use the same one).
+// Callers hold r.mu.
+func (e *entry) derive(now time.Time) {
 	e.blocked = max(nanos(e.st.CircuitOpenUntil), nanos(e.st.RateLimitedUntil), nanos(e.st.CooldownUntil))
 	e.healthBase, e.healthAt = e.st.Health, nanos(e.st.HealthAt)
 	e.lastUsed = nanos(e.st.LastUsed)
 	e.quotaLeft, e.quotaDefer, e.quotaUntil = 1, false, 0
 	if q := e.st.Quota; q != nil {
-		now := time.Now()
 		e.quotaLeft, e.quotaDefer = e.st.headroom(now)
 		for _, w := range [2]*Window{q.Primary, q.Secondary} {
 			if w != nil && w.ResetsAt.After(now) && (e.quotaUntil == 0 || nanos(w.ResetsAt) < e.quotaUntil) {
@@ -131,7 +132,7 @@ func (r *Runtime) update(id string, fn func(s *AccountState, now time.Time)) {
 	r.mu.Lock()
 	e := r.get(id)
 	fn(&e.st, now)
-	e.derive()
+	e.derive(now)
 	r.dirty = true
 	r.mu.Unlock()
 }
@@ -229,14 +230,17 @@ func (r *Runtime) TokensAt(id string) time.Time {
 }
 
 // Clear forgets the cooldown, rate limit and open circuit of id (used by
-// repairs and by a successful re-verification).
+// repairs and by a successful re-verification). The clear reaches the other
+// processes through Sync: it moves the account's epoch, which outranks the
+// deadlines they still hold.
 func (r *Runtime) Clear(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.get(id)
 	e.st.RateLimitedUntil, e.st.CooldownUntil, e.st.CooldownReason = time.Time{}, time.Time{}, ""
 	e.st.CircuitOpenUntil, e.st.Failures = time.Time{}, nil
-	e.derive()
+	e.st.Epoch++
+	e.derive(r.clock.Now())
 	r.dirty = true
 }
 
@@ -304,13 +308,14 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 }
 
 func (r *Runtime) mergeLocked(disk *stateFile, keep func(string) bool) {
+	now := r.clock.Now()
 	for id, st := range disk.Accounts {
 		if keep != nil && !keep(id) {
 			continue
 		}
 		e := r.get(id)
 		e.st.Merge(st)
-		e.derive()
+		e.derive(now)
 	}
 	if keep != nil {
 		for id := range r.m {

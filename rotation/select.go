@@ -237,7 +237,10 @@ func (s *Selector) pickPinned(v *view, req *Request, now time.Time, id, source, 
 func (s *Selector) take(v *view, i int, now time.Time, why, source string) Choice {
 	e := v.entries[i-1]
 	refill(e, now)
-	e.tokens = max(e.tokens-1, 0)
+	// The bucket may run into debt: under a burst faster than it refills,
+	// each pick keeps lowering the account's score, so picks rotate instead
+	// of piling onto whichever account wins the tie-breaker.
+	e.tokens = max(e.tokens-1, -bucketSize)
 	e.picked = now.UnixNano()
 	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source}
 }
@@ -251,7 +254,8 @@ func refill(e *entry, now time.Time) {
 
 // score ranks a usable account: health, its token bucket, time since this
 // process last picked it or anyone last used it, and quota headroom, plus a
-// per-process offset small enough to break ties only. It reads the entry's
+// per-process offset small enough to break exact ties only (a 10 ms
+// difference in idle time outweighs it, so bursts rotate). It reads the entry's
 // derived integers: it runs for every account on every request.
 func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool) {
 	health := 1.0
@@ -271,7 +275,7 @@ func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool)
 	if e.quotaUntil != 0 && nowNS >= e.quotaUntil {
 		head, deferred = e.st.headroom(now) // a window has reset since derive
 	}
-	return 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 0.01*offset, deferred
+	return 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 1e-6*offset, deferred
 }
 
 // refuse builds the explanation of an empty pick. Callers hold rt.mu.

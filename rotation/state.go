@@ -60,6 +60,10 @@ type AccountState struct {
 	// TokensAt is when a process last changed the account's secrets, so
 	// the others know to read them again.
 	TokensAt time.Time `json:"tokens_at,omitzero"`
+	// Epoch counts deliberate clears of the deadlines (rotor fix,
+	// verify-flagged). Deadlines merge by taking the later one, which alone
+	// could never clear them; a higher epoch wins them outright.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // maxFailures bounds the failure history kept per account; the circuit only
@@ -70,13 +74,20 @@ const maxFailures = 8
 // newer observation, failures the union. Merge is commutative and
 // idempotent, so processes may merge in any order.
 func (s *AccountState) Merge(o *AccountState) {
-	s.RateLimitedUntil = later(s.RateLimitedUntil, o.RateLimitedUntil)
-	if o.CooldownUntil.After(s.CooldownUntil) {
-		s.CooldownUntil, s.CooldownReason = o.CooldownUntil, o.CooldownReason
-	}
-	s.CircuitOpenUntil = later(s.CircuitOpenUntil, o.CircuitOpenUntil)
-	if len(o.Failures) > 0 {
-		s.Failures = mergeTimes(s.Failures, o.Failures)
+	switch {
+	case o.Epoch > s.Epoch:
+		s.Epoch = o.Epoch
+		s.RateLimitedUntil, s.CooldownUntil, s.CooldownReason = o.RateLimitedUntil, o.CooldownUntil, o.CooldownReason
+		s.CircuitOpenUntil, s.Failures = o.CircuitOpenUntil, slices.Clone(o.Failures)
+	case o.Epoch == s.Epoch:
+		s.RateLimitedUntil = later(s.RateLimitedUntil, o.RateLimitedUntil)
+		if o.CooldownUntil.After(s.CooldownUntil) {
+			s.CooldownUntil, s.CooldownReason = o.CooldownUntil, o.CooldownReason
+		}
+		s.CircuitOpenUntil = later(s.CircuitOpenUntil, o.CircuitOpenUntil)
+		if len(o.Failures) > 0 {
+			s.Failures = mergeTimes(s.Failures, o.Failures)
+		}
 	}
 	if o.HealthAt.After(s.HealthAt) {
 		s.Health, s.HealthAt = o.Health, o.HealthAt
