@@ -28,8 +28,10 @@ var DroppedForChatGPT = []string{
 func chatgptBody(body []byte) (out []byte, assemble bool, err error) {
 	stream := gjson.GetBytes(body, "stream")
 	assemble = stream.Type != gjson.True
+	// "instructions":null is as missing: the backend wants a string.
+	instr := gjson.GetBytes(body, "instructions")
 	needs := assemble || gjson.GetBytes(body, "store").Type != gjson.False ||
-		!gjson.GetBytes(body, "instructions").Exists()
+		!instr.Exists() || instr.Type == gjson.Null
 	for _, k := range DroppedForChatGPT {
 		needs = needs || gjson.GetBytes(body, k).Exists()
 	}
@@ -45,7 +47,7 @@ func chatgptBody(body []byte) (out []byte, assemble bool, err error) {
 	}
 	m["stream"] = json.RawMessage("true")
 	m["store"] = json.RawMessage("false")
-	if _, ok := m["instructions"]; !ok {
+	if v, ok := m["instructions"]; !ok || bytes.Equal(v, []byte("null")) {
 		m["instructions"] = json.RawMessage(`""`)
 	}
 	out, err = json.Marshal(m)

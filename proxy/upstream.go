@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -106,13 +107,15 @@ func (s *Server) attempt(c *call, ch *rotation.Choice) *result {
 		s.deps.Log.Warn().Str("request_id", c.rid).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
 		return &result{out: outUnauthorized, status: 401, err: err}
 	}
+	refreshed := false
 	if s.needsRefresh(a, &sec) {
+		refreshed = true
 		if fresh, ok := s.refresh(c, ch, sec); ok {
 			sec = fresh
 		}
 	}
 	res := s.send(c, a, &sec)
-	if res.out == outUnauthorized && s.canRefresh(a) {
+	if res.out == outUnauthorized && s.canRefresh(a) && !refreshed {
 		if fresh, ok := s.refresh(c, ch, sec); ok {
 			res = s.send(c, a, &fresh)
 		}
@@ -130,7 +133,12 @@ func (s *Server) needsRefresh(a *accounts.Account, sec *secrets.Secret) bool {
 }
 
 func (s *Server) refresh(c *call, ch *rotation.Choice, stale secrets.Secret) (secrets.Secret, bool) {
-	fresh, err := s.deps.Refresher.Refresh(c.ctx, ch.Account, stale)
+	// Not the request's context: fasthttp's must not outlive the handler,
+	// and a refresh cut off midway may have spent the single-use refresh
+	// token without storing its successor.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fresh, err := s.deps.Refresher.Refresh(ctx, ch.Account, stale)
 	if err != nil {
 		s.deps.Log.Warn().Str("request_id", c.rid).Int("account", ch.Index).Err(err).Msg("token refresh failed")
 		return secrets.Secret{}, false
