@@ -23,6 +23,10 @@ const (
 	CodeNotFound          = "NOT_FOUND"
 	CodeSecrets           = "SECRETS"
 	CodeInternal          = "INTERNAL"
+	// Codes of the secrets backends.
+	CodeStorageWrite       = "STORAGE_WRITE_FAILED"
+	CodeSecretNotFound     = "SECRET_NOT_FOUND"
+	CodeKeyringUnavailable = "KEYRING_UNAVAILABLE"
 )
 
 // Error is a typed error with a stable Code. Message is what a person reads;

@@ -80,7 +80,7 @@ func (s *fileStore) Set(id string, sec Secret) error {
 	}
 	raw, err := json.Marshal(sec)
 	if err != nil {
-		return &Error{Code: CodeStorageWrite, msg: fmt.Sprintf("encoding the secret of account %q failed", id)}
+		return &Error{Code: CodeStorageWrite, Message: fmt.Sprintf("encoding the secret of account %q failed", id)}
 	}
 	return withLock(s.lock, true, func() error {
 		doc, err := s.read()
@@ -139,11 +139,11 @@ func (s *fileStore) read() (*fileDoc, error) {
 	}
 	if err != nil {
 		return nil, &Error{
-			Code: CodeStorageUnreadable,
-			Path: s.path,
-			msg:  fmt.Sprintf("secrets file %s cannot be read: %v", s.path, err),
-			Hint: "check its owner and permissions (it should be 0600 and yours)",
-			err:  err,
+			Code:    CodeStorageUnreadable,
+			Path:    s.path,
+			Message: fmt.Sprintf("secrets file %s cannot be read: %v", s.path, err),
+			Hint:    "check its owner and permissions (it should be 0600 and yours)",
+			Err:     err,
 		}
 	}
 	var doc fileDoc
@@ -152,10 +152,10 @@ func (s *fileStore) read() (*fileDoc, error) {
 	}
 	if doc.Version != fileVersion {
 		return nil, &Error{
-			Code: CodeStorageUnreadable,
-			Path: s.path,
-			msg:  fmt.Sprintf("secrets file %s has version %d, this rotor reads version %d; it was left untouched", s.path, doc.Version, fileVersion),
-			Hint: "use the rotor that wrote it, or move the file away and log in again",
+			Code:    CodeStorageUnreadable,
+			Path:    s.path,
+			Message: fmt.Sprintf("secrets file %s has version %d, this rotor reads version %d; it was left untouched", s.path, doc.Version, fileVersion),
+			Hint:    "use the rotor that wrote it, or move the file away and log in again",
 		}
 	}
 	if doc.Secrets == nil {
@@ -168,11 +168,11 @@ func (s *fileStore) read() (*fileDoc, error) {
 // error's text, which can quote bytes of a secret.
 func (s *fileStore) unreadable(what string, err error) error {
 	return &Error{
-		Code: CodeStorageUnreadable,
-		Path: s.path,
-		msg:  fmt.Sprintf("secrets file %s cannot be parsed: %s has %s; it was left untouched", s.path, what, jsonErrWhere(err)),
-		Hint: "repair it, or move it away and log in to the accounts again",
-		err:  errors.New("invalid JSON"),
+		Code:    CodeStorageUnreadable,
+		Path:    s.path,
+		Message: fmt.Sprintf("secrets file %s cannot be parsed: %s has %s; it was left untouched", s.path, what, jsonErrWhere(err)),
+		Hint:    "repair it, or move it away and log in to the accounts again",
+		Err:     errors.New("invalid JSON"),
 	}
 }
 
@@ -180,10 +180,10 @@ func (s *fileStore) unreadable(what string, err error) error {
 func (s *fileStore) write(doc *fileDoc) (err error) {
 	fail := func(step string, cause error) error {
 		return &Error{
-			Code: CodeStorageWrite,
-			Path: s.path,
-			msg:  fmt.Sprintf("writing secrets file %s failed (%s): %v", s.path, step, cause),
-			err:  cause,
+			Code:    CodeStorageWrite,
+			Path:    s.path,
+			Message: fmt.Sprintf("writing secrets file %s failed (%s): %v", s.path, step, cause),
+			Err:     cause,
 		}
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
@@ -244,11 +244,11 @@ func (s *fileStore) sweepTemps() {
 func withLock(path string, exclusive bool, fn func() error) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return &Error{Code: CodeStorageWrite, Path: path, msg: fmt.Sprintf("cannot open lock file %s: %v", path, err), err: err}
+		return &Error{Code: CodeStorageWrite, Path: path, Message: fmt.Sprintf("cannot open lock file %s: %v", path, err), Err: err}
 	}
 	defer f.Close() // closing also releases the lock
 	if err := lockFile(f, exclusive); err != nil {
-		return &Error{Code: CodeStorageWrite, Path: path, msg: fmt.Sprintf("cannot lock %s: %v", path, err), err: err}
+		return &Error{Code: CodeStorageWrite, Path: path, Message: fmt.Sprintf("cannot lock %s: %v", path, err), Err: err}
 	}
 	return fn()
 }

@@ -102,18 +102,18 @@ func (s *keyringStore) call(op, user string, fn func() (string, error)) (string,
 			return "", ErrNotFound
 		case errors.Is(r.err, gokeyring.ErrSetDataTooBig):
 			return "", &Error{
-				Code: CodeKeyringUnavailable,
-				Path: itemName(user),
-				msg:  fmt.Sprintf("keyring %s of %s: the secret is too large for this OS keyring", op, itemName(user)),
-				Hint: "set ROTOR_SECRETS=file to keep secrets in secrets.json (0600) instead",
-				err:  r.err,
+				Code:    CodeKeyringUnavailable,
+				Path:    itemName(user),
+				Message: fmt.Sprintf("keyring %s of %s: the secret is too large for this OS keyring", op, itemName(user)),
+				Hint:    "set ROTOR_SECRETS=file to keep secrets in secrets.json (0600) instead",
+				Err:     r.err,
 			}
 		default:
 			return "", &Error{
-				Code: CodeKeyringUnavailable,
-				Path: itemName(user),
-				msg:  fmt.Sprintf("keyring %s of %s failed: %v", op, itemName(user), r.err),
-				err:  r.err,
+				Code:    CodeKeyringUnavailable,
+				Path:    itemName(user),
+				Message: fmt.Sprintf("keyring %s of %s failed: %v", op, itemName(user), r.err),
+				Err:     r.err,
 			}
 		}
 	case <-timer.C:
@@ -126,9 +126,9 @@ func (s *keyringStore) timeoutErr(op, user string) error {
 		Code:      CodeKeyringUnavailable,
 		Retryable: true,
 		Path:      itemName(user),
-		msg:       fmt.Sprintf("keyring %s of %s: no answer within %s", op, itemName(user), s.timeout),
+		Message:   fmt.Sprintf("keyring %s of %s: no answer within %s", op, itemName(user), s.timeout),
 		Hint:      "unlock the OS keyring, or set ROTOR_SECRETS=file",
-		err:       ErrTimeout,
+		Err:       ErrTimeout,
 	}
 }
 
@@ -171,7 +171,7 @@ func (s *keyringStore) Set(id string, sec Secret) error {
 	}
 	b, err := json.Marshal(sec)
 	if err != nil {
-		return &Error{Code: CodeStorageWrite, msg: fmt.Sprintf("encoding the secret of account %q failed", id)}
+		return &Error{Code: CodeStorageWrite, Message: fmt.Sprintf("encoding the secret of account %q failed", id)}
 	}
 	return withLock(s.lock, true, func() error {
 		if err := s.updateIndex(id, true); err != nil {
@@ -237,7 +237,7 @@ func (s *keyringStore) updateIndex(id string, add bool) error {
 	}
 	b, err := json.Marshal(ids)
 	if err != nil {
-		return &Error{Code: CodeStorageWrite, msg: "encoding the keyring index failed"}
+		return &Error{Code: CodeStorageWrite, Message: "encoding the keyring index failed"}
 	}
 	_, err = s.call("set", indexUser, func() (string, error) { return "", s.kr.Set(Service, indexUser, string(b)) })
 	return err
@@ -247,11 +247,11 @@ func (s *keyringStore) updateIndex(id string, add bool) error {
 // itself is not included: its text can quote bytes of the item.
 func unreadableItem(user string, err error) error {
 	return &Error{
-		Code: CodeStorageUnreadable,
-		Path: itemName(user),
-		msg:  fmt.Sprintf("%s cannot be parsed (%s); it was left untouched", itemName(user), jsonErrWhere(err)),
-		Hint: "delete that item with your OS keyring tool, then log in to the account again",
-		err:  errors.New("invalid JSON"),
+		Code:    CodeStorageUnreadable,
+		Path:    itemName(user),
+		Message: fmt.Sprintf("%s cannot be parsed (%s); it was left untouched", itemName(user), jsonErrWhere(err)),
+		Hint:    "delete that item with your OS keyring tool, then log in to the account again",
+		Err:     errors.New("invalid JSON"),
 	}
 }
 

@@ -9,6 +9,7 @@ package secrets
 import (
 	"errors"
 	"fmt"
+	rerr "github.com/rotorproxy/rotor/errors"
 	"io"
 	"os"
 	"strings"
@@ -104,47 +105,22 @@ const FileName = "secrets.json"
 // DefaultTimeout bounds every keyring call unless WithTimeout says otherwise.
 const DefaultTimeout = 3 * time.Second
 
-// Stable error codes (SPEC §6) carried by *Error.
+// Stable error codes (SPEC §6) of the errors this package returns; they
+// live in rerr's table with every other code.
 const (
-	// CodeStorageUnreadable: secrets.json, or a keyring item rotor wrote,
-	// exists but cannot be read or parsed; it is left untouched.
-	CodeStorageUnreadable = "STORAGE_UNREADABLE"
-	// CodeStorageWrite: the secret could not be written (disk, permissions, lock).
-	CodeStorageWrite = "STORAGE_WRITE_FAILED"
-	// CodeSecretNotFound: the account has no secret; wraps ErrNotFound.
-	CodeSecretNotFound = "SECRET_NOT_FOUND"
-	// CodeKeyringUnavailable: the OS keyring failed or timed out (then
-	// Retryable, and the error wraps ErrTimeout).
-	CodeKeyringUnavailable = "KEYRING_UNAVAILABLE"
-	// CodeValidation: a bad argument (account id, mode).
-	CodeValidation = "VALIDATION"
+	CodeStorageUnreadable  = rerr.CodeStorageUnreadable
+	CodeStorageWrite       = rerr.CodeStorageWrite
+	CodeSecretNotFound     = rerr.CodeSecretNotFound
+	CodeKeyringUnavailable = rerr.CodeKeyringUnavailable
+	CodeValidation         = rerr.CodeValidation
 )
 
-// Error is the typed error every exported function returns. Its message
-// names files, keyring items and account ids, never secret values.
-type Error struct {
-	Code      string // one of the Code* constants
-	Retryable bool   // whether trying again later may succeed
-	Path      string // the file or keyring item involved, if any
-	Hint      string // what the user can do about it, if anything
-	msg       string
-	err       error
-}
-
-// Error returns the message followed by the hint.
-func (e *Error) Error() string {
-	if e.Hint == "" {
-		return e.msg
-	}
-	return e.msg + "; " + e.Hint
-}
-
-// Unwrap exposes the cause, so errors.Is(err, ErrNotFound) and
-// errors.Is(err, ErrTimeout) work.
-func (e *Error) Unwrap() error { return e.err }
+// Error is the typed error every exported function returns (rerr's). Its
+// message names files, keyring items and account ids, never secret values.
+type Error = rerr.Error
 
 func notFoundErr(id string) error {
-	return &Error{Code: CodeSecretNotFound, msg: fmt.Sprintf("no secret stored for account %q", id), err: ErrNotFound}
+	return &Error{Code: CodeSecretNotFound, Message: fmt.Sprintf("no secret stored for account %q", id), Err: ErrNotFound}
 }
 
 // Option adjusts Open; the options exist for tests and embedding.
@@ -215,8 +191,8 @@ func Open(dir, mode string, warn io.Writer, opts ...Option) (Store, error) {
 		return fs, nil
 	default:
 		return nil, &Error{
-			Code: CodeValidation,
-			msg:  fmt.Sprintf("invalid ROTOR_SECRETS value %q: allowed values are auto, keyring, file", mode),
+			Code:    CodeValidation,
+			Message: fmt.Sprintf("invalid ROTOR_SECRETS value %q: allowed values are auto, keyring, file", mode),
 		}
 	}
 }
@@ -237,7 +213,7 @@ func checkID(id string) error {
 	if bad == "" {
 		return nil
 	}
-	return &Error{Code: CodeValidation, msg: fmt.Sprintf("invalid account id %q: it %s", id, bad)}
+	return &Error{Code: CodeValidation, Message: fmt.Sprintf("invalid account id %q: it %s", id, bad)}
 }
 
 func fileExists(path string) bool {
