@@ -1,17 +1,38 @@
 package rotation
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/homefs"
 )
 
-// UsageFile is the usage log's file name in ROTOR_HOME.
-const UsageFile = "usage.jsonl"
+// UsageFile is the usage log's file name in ROTOR_HOME; UsageOldFile is the
+// one rotated-out generation kept beside it.
+const (
+	UsageFile    = "usage.jsonl"
+	UsageOldFile = UsageFile + ".1"
+)
+
+// Usage log rotation defaults. 8 MiB is tens of thousands of requests, so
+// with the one old file kept a week of ordinary use stays readable while the
+// disk cost stays bounded at about twice that.
+const (
+	DefaultUsageMaxBytes      = 8 << 20
+	DefaultUsageCheckEvery    = 64
+	DefaultUsageCheckInterval = time.Second
+)
+
+// usageLock serializes rotations of usage.jsonl across rotor processes;
+// appends never take it.
+const usageLock = ".usage.lock"
 
 // Tokens are the token counts of one response.
 type Tokens struct {
@@ -20,6 +41,15 @@ type Tokens struct {
 	Output    int64 `json:"output"`
 	Reasoning int64 `json:"reasoning"`
 	Total     int64 `json:"total"`
+}
+
+// Add adds o to t.
+func (t *Tokens) Add(o Tokens) {
+	t.Input += o.Input
+	t.Cached += o.Cached
+	t.Output += o.Output
+	t.Reasoning += o.Reasoning
+	t.Total += o.Total
 }
 
 // Usage is one line of usage.jsonl: a finished request.
@@ -35,22 +65,123 @@ type Usage struct {
 	DurMS     int64     `json:"duration_ms"`
 }
 
+// ErrorCode is the code a usage record is counted under as an error, or ""
+// when the request succeeded: its own code (stream_interrupted,
+// client_closed, a response.failed code...), else "http_<status>" for an
+// HTTP error status.
+func (u *Usage) ErrorCode() string {
+	if u.Code != "" {
+		return u.Code
+	}
+	if u.Status >= 400 {
+		return "http_" + strconv.Itoa(u.Status)
+	}
+	return ""
+}
+
+// UsageOptions tune a UsageLog; zero values take the defaults.
+type UsageOptions struct {
+	// MaxBytes is the size past which usage.jsonl is renamed to
+	// usage.jsonl.1 (replacing the previous one) and started afresh.
+	MaxBytes int64
+	// CheckEvery and CheckInterval say how often an open log looks at the
+	// path again (one stat): after that many appends, or that much time,
+	// whichever comes first. That is how a log notices another process
+	// rotated the file under its O_APPEND descriptor.
+	CheckEvery    int
+	CheckInterval time.Duration
+}
+
 // UsageLog appends usage records to usage.jsonl. Each record is one write
 // of one line to a file opened with O_APPEND, so concurrent writers in
 // several processes never interleave within a line, and a kill -9 loses at
 // most the record being written.
+//
+// The file is bounded: once it passes MaxBytes, the writer that notices
+// renames it to usage.jsonl.1 under a cross-process lock and opens a new
+// one. The other writers still hold the old file open; each looks at the
+// path every few appends (or every second) and reopens when the path names
+// another file, so at most a few records land in usage.jsonl.1 late, where
+// readers still find them. Nothing here ever fails a request: every error
+// drops the record or postpones the rotation.
 type UsageLog struct {
-	mu sync.Mutex
-	f  *os.File
+	path, old, lock string
+	opt             UsageOptions
+
+	mu      sync.Mutex
+	f       *os.File
+	fi      os.FileInfo // of f, to tell whether the path still names it
+	size    int64       // of the file at the path, as last seen plus our writes
+	since   int         // appends since the last look at the path
+	checked time.Time   // when we last looked
+	closed  bool
 }
 
-// OpenUsageLog opens dir/usage.jsonl for appending (0600).
+// OpenUsageLog opens dir/usage.jsonl for appending (0600) with the default
+// options.
 func OpenUsageLog(dir string) (*UsageLog, error) {
-	f, err := os.OpenFile(filepath.Join(dir, UsageFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, homefs.FileMode)
-	if err != nil {
+	return OpenUsageLogWith(dir, UsageOptions{})
+}
+
+// OpenUsageLogWith opens dir/usage.jsonl for appending (0600) with opt.
+func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultUsageMaxBytes
+	}
+	if opt.CheckEvery <= 0 {
+		opt.CheckEvery = DefaultUsageCheckEvery
+	}
+	if opt.CheckInterval <= 0 {
+		opt.CheckInterval = DefaultUsageCheckInterval
+	}
+	u := &UsageLog{
+		path: filepath.Join(dir, UsageFile),
+		old:  filepath.Join(dir, UsageOldFile),
+		lock: filepath.Join(dir, usageLock),
+		opt:  opt,
+	}
+	if err := u.reopen(); err != nil {
 		return nil, err
 	}
-	return &UsageLog{f: f}, nil
+	u.checked = time.Now()
+	return u, nil
+}
+
+// Path is the path of usage.jsonl.
+func (u *UsageLog) Path() string { return u.path }
+
+// reopen (re)opens the path and forgets the previous descriptor. Callers
+// hold u.mu (or own u exclusively).
+func (u *UsageLog) reopen() error {
+	f, err := os.OpenFile(u.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, homefs.FileMode)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if u.f != nil {
+		u.f.Close()
+	}
+	u.f, u.fi, u.size = f, fi, fi.Size()
+	return nil
+}
+
+// look stats the path: when it names another file than ours (rotated by
+// another process, or removed) it reopens; otherwise it refreshes the size,
+// which other writers grow too. Callers hold u.mu.
+func (u *UsageLog) look(now time.Time) {
+	u.since, u.checked = 0, now
+	fi, err := os.Stat(u.path)
+	if err == nil && u.f != nil && os.SameFile(fi, u.fi) {
+		u.size = fi.Size()
+		return
+	}
+	// On failure keep writing where we were, or drop records until the
+	// next look when there is nowhere.
+	_ = u.reopen()
 }
 
 // Append writes rec; failures are dropped (usage is best-effort telemetry
@@ -61,10 +192,254 @@ func (u *UsageLog) Append(rec Usage) {
 		return
 	}
 	line = append(line, '\n')
+	now := time.Now()
 	u.mu.Lock()
-	u.f.Write(line)
-	u.mu.Unlock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return
+	}
+	if u.f == nil || u.since >= u.opt.CheckEvery || now.Sub(u.checked) >= u.opt.CheckInterval {
+		u.look(now)
+	}
+	if u.f == nil {
+		return
+	}
+	n, _ := u.f.Write(line)
+	u.size += int64(n)
+	u.since++
+	if u.size >= u.opt.MaxBytes {
+		u.rotate(now)
+	}
 }
 
-// Close closes the file.
-func (u *UsageLog) Close() error { return u.f.Close() }
+// rotate renames a full usage.jsonl to usage.jsonl.1 and reopens. The lock
+// is only tried, never waited for: a writer that finds it taken lets the
+// process holding it rotate, and looks at the path on its next append.
+// Callers hold u.mu.
+func (u *UsageLog) rotate(now time.Time) {
+	l, err := homefs.LockFile(u.lock, false, 0)
+	if err != nil {
+		u.since = u.opt.CheckEvery
+		return
+	}
+	defer l.Unlock()
+	fi, err := os.Stat(u.path)
+	switch {
+	case err != nil || !os.SameFile(fi, u.fi):
+		// Another writer rotated first; follow it to the new file.
+	case fi.Size() < u.opt.MaxBytes:
+		u.size = fi.Size() // our count ran ahead (the file was truncated)
+		return
+	default:
+		if os.Rename(u.path, u.old) != nil {
+			u.since = u.opt.CheckEvery
+			return
+		}
+	}
+	u.reopen()
+	u.since, u.checked = 0, now
+}
+
+// Close closes the file; later appends are dropped.
+func (u *UsageLog) Close() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	if u.f == nil {
+		return nil
+	}
+	err := u.f.Close()
+	u.f = nil
+	return err
+}
+
+// ReadUsage calls fn with every well-formed record in dir's usage log, the
+// rotated-out file first, then the current one. Lines that are not records
+// (a write cut short by kill -9, a foreign line) are skipped and counted.
+// A missing log is empty.
+func ReadUsage(dir string, fn func(Usage)) (skipped int, err error) {
+	// Open the current file first: if a rotation happens between the two
+	// opens, both descriptors name the same file, which is read once.
+	cur, err := os.Open(filepath.Join(dir, UsageFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	if cur != nil {
+		defer cur.Close()
+	}
+	old, err := os.Open(filepath.Join(dir, UsageOldFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	if old != nil {
+		defer old.Close()
+		if cur == nil || !sameOpenFile(old, cur) {
+			n, err := readUsageLines(old, fn)
+			skipped += n
+			if err != nil {
+				return skipped, err
+			}
+		}
+	}
+	if cur != nil {
+		n, err := readUsageLines(cur, fn)
+		skipped += n
+		if err != nil {
+			return skipped, err
+		}
+	}
+	return skipped, nil
+}
+
+func sameOpenFile(a, b *os.File) bool {
+	ai, err1 := a.Stat()
+	bi, err2 := b.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(ai, bi)
+}
+
+func readUsageLines(r io.Reader, fn func(Usage)) (skipped int, err error) {
+	// A line longer than the buffer is not a record rotor wrote (they are
+	// well under 1 KiB) and is skipped.
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// An overlong line: skip to its end.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+			skipped++
+			if err == io.EOF {
+				return skipped, nil
+			}
+			if err != nil {
+				return skipped, err
+			}
+			continue
+		}
+		if len(line) > 0 {
+			if line[len(line)-1] != '\n' {
+				// The last line has no newline: a write in progress or cut
+				// short. Either way not a whole record yet.
+				skipped++
+			} else if len(line) > 1 {
+				var u Usage
+				if json.Unmarshal(line, &u) != nil || u.Time.IsZero() {
+					skipped++
+				} else {
+					fn(u)
+				}
+			}
+		}
+		if err == io.EOF {
+			return skipped, nil
+		}
+		if err != nil {
+			return skipped, err
+		}
+	}
+}
+
+// UsageWindow is a span of time, ending now, that a usage summary covers.
+type UsageWindow struct {
+	Name string
+	Span time.Duration
+}
+
+// ReportWindows are the windows `rotor report` summarizes (SPEC §3).
+var ReportWindows = []UsageWindow{
+	{Name: "1h", Span: time.Hour},
+	{Name: "24h", Span: 24 * time.Hour},
+	{Name: "7d", Span: 7 * 24 * time.Hour},
+}
+
+// UsageCounts is what a set of usage records adds up to.
+type UsageCounts struct {
+	Requests int64
+	// Errors counts the records with an error code (see Usage.ErrorCode),
+	// and ErrorsByCode splits them by that code.
+	Errors       int64
+	ErrorsByCode map[string]int64
+	ByStatus     map[int]int64
+	Tokens       Tokens
+}
+
+func (c *UsageCounts) add(u *Usage) {
+	c.Requests++
+	if c.ByStatus == nil {
+		c.ByStatus = make(map[int]int64)
+	}
+	c.ByStatus[u.Status]++
+	if code := u.ErrorCode(); code != "" {
+		c.Errors++
+		if c.ErrorsByCode == nil {
+			c.ErrorsByCode = make(map[string]int64)
+		}
+		c.ErrorsByCode[code]++
+	}
+	if u.Tokens != nil {
+		c.Tokens.Add(*u.Tokens)
+	}
+}
+
+// UsageSummary adds up the records of one window, in total, per account id
+// and per model ("" for records without one).
+type UsageSummary struct {
+	Window    UsageWindow
+	Since     time.Time
+	Total     UsageCounts
+	ByAccount map[string]*UsageCounts
+	ByModel   map[string]*UsageCounts
+}
+
+func (s *UsageSummary) add(u *Usage) {
+	s.Total.add(u)
+	for _, kv := range []struct {
+		m   map[string]*UsageCounts
+		key string
+	}{{s.ByAccount, u.AccountID}, {s.ByModel, u.Model}} {
+		c := kv.m[kv.key]
+		if c == nil {
+			c = &UsageCounts{}
+			kv.m[kv.key] = c
+		}
+		c.add(u)
+	}
+}
+
+// UsageReport is the usage log summarized over several windows.
+type UsageReport struct {
+	Windows []UsageSummary
+	// Oldest is the time of the oldest record still on disk (zero when the
+	// log is empty): windows reaching further back than it are incomplete,
+	// because rotation dropped what came before.
+	Oldest time.Time
+	// Records is how many records were read, Skipped how many lines were
+	// not records.
+	Records int64
+	Skipped int64
+}
+
+// SummarizeUsage reads dir's usage log once and adds up the records of each
+// window ending at now. Records from the future (a clock that moved back)
+// count in every window.
+func SummarizeUsage(dir string, now time.Time, windows []UsageWindow) (UsageReport, error) {
+	rep := UsageReport{Windows: make([]UsageSummary, len(windows))}
+	for i, w := range windows {
+		rep.Windows[i] = UsageSummary{Window: w, Since: now.Add(-w.Span),
+			ByAccount: map[string]*UsageCounts{}, ByModel: map[string]*UsageCounts{}}
+	}
+	skipped, err := ReadUsage(dir, func(u Usage) {
+		rep.Records++
+		if rep.Oldest.IsZero() || u.Time.Before(rep.Oldest) {
+			rep.Oldest = u.Time
+		}
+		for i := range rep.Windows {
+			if !u.Time.Before(rep.Windows[i].Since) {
+				rep.Windows[i].add(&u)
+			}
+		}
+	})
+	rep.Skipped = int64(skipped)
+	return rep, err
+}

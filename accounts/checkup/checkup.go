@@ -1,0 +1,286 @@
+// Package checkup explains and repairs a rotor home (SPEC §3 diagnostics):
+// Doctor checks it and says what is wrong, Fix repairs what can be
+// repaired without a person, VerifyFlagged re-checks flagged accounts and
+// restores those that work, and Store summarizes the account store for
+// `rotor report`.
+//
+// A Checkup reads the files of ROTOR_HOME itself and opens the account store
+// only to write: opening one tightens the directory's mode, which Doctor must
+// report and a dry run must not do. Nothing here ever formats a secret into a
+// check, an action or a report.
+package checkup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// Default upstream bases (SPEC §2), used when Deps leaves them empty.
+const (
+	DefaultChatGPTBase = "https://chatgpt.com/backend-api"
+	DefaultOpenAIBase  = "https://api.openai.com/v1"
+)
+
+// Default time limits.
+const (
+	// DefaultProxyTimeout bounds the whole reachability check of a running
+	// proxy (SPEC §3 doctor: 2 s), so doctor never hangs on a stuck one.
+	DefaultProxyTimeout = 2 * time.Second
+	// DefaultProbeTimeout bounds one upstream probe of verify-flagged.
+	DefaultProbeTimeout = 15 * time.Second
+	// DefaultRefreshTimeout bounds one token refresh.
+	DefaultRefreshTimeout = 30 * time.Second
+	// TempFileAge is how old a leftover temp file must be before Fix
+	// removes it: an atomic write holds its temp file for milliseconds, so
+	// an older one belongs to a writer that died.
+	TempFileAge = time.Minute
+)
+
+// TokenRefresher renews a ChatGPT account's tokens; *oauth.Refresher is
+// the one rotor uses (one refresh per account at a time across processes).
+type TokenRefresher interface {
+	Refresh(ctx context.Context, a accounts.Account, stale secrets.Secret) (secrets.Secret, error)
+}
+
+// Deps are a Checkup's explicit dependencies.
+type Deps struct {
+	// Dir is ROTOR_HOME.
+	Dir string
+	// Secrets is the secrets backend; nil when it could not be opened, and
+	// then SecretsErr says why. SecretsMode is ROTOR_SECRETS as given
+	// ("" means auto), to tell a chosen file backend from a fallback.
+	Secrets     secrets.Store
+	SecretsErr  error
+	SecretsMode string
+	// Runtime is the shared runtime state; refreshed tokens are recorded
+	// in it so that running proxies read the secret again. May be nil.
+	Runtime *rotation.Runtime
+	// Refresher renews ChatGPT tokens (Fix, VerifyFlagged). May be nil:
+	// tokens are then not refreshed. The checkup disables and flags an
+	// account whose refresh hard-fails itself, so it can list that change.
+	Refresher TokenRefresher
+	// HTTP sends the probes and the proxy check (default: a plain client;
+	// every call is bounded by a context deadline anyway).
+	HTTP *http.Client
+	// ChatGPTBase and OpenAIBase are the upstream bases the probes use
+	// (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL); an account's own
+	// base_url wins.
+	ChatGPTBase, OpenAIBase string
+	// Now tells the time (default time.Now).
+	Now func() time.Time
+	// Alive reports whether process pid runs (default: signal 0).
+	Alive func(pid int) bool
+	// Time limits; zero takes the Default* values.
+	ProxyTimeout, ProbeTimeout, RefreshTimeout time.Duration
+}
+
+// Checkup diagnoses and repairs one rotor home.
+type Checkup struct {
+	d Deps
+}
+
+// New returns a checkup over d, filling in defaults.
+func New(d Deps) *Checkup {
+	if d.HTTP == nil {
+		d.HTTP = &http.Client{}
+	}
+	if d.ChatGPTBase == "" {
+		d.ChatGPTBase = DefaultChatGPTBase
+	}
+	if d.OpenAIBase == "" {
+		d.OpenAIBase = DefaultOpenAIBase
+	}
+	d.ChatGPTBase = strings.TrimRight(d.ChatGPTBase, "/")
+	d.OpenAIBase = strings.TrimRight(d.OpenAIBase, "/")
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Alive == nil {
+		d.Alive = processAlive
+	}
+	if d.ProxyTimeout <= 0 {
+		d.ProxyTimeout = DefaultProxyTimeout
+	}
+	if d.ProbeTimeout <= 0 {
+		d.ProbeTimeout = DefaultProbeTimeout
+	}
+	if d.RefreshTimeout <= 0 {
+		d.RefreshTimeout = DefaultRefreshTimeout
+	}
+	return &Checkup{d: d}
+}
+
+// processAlive reports whether pid runs; EPERM means it runs as another user.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// storePath is accounts.json in the home.
+func (c *Checkup) storePath() string { return filepath.Join(c.d.Dir, accounts.FileName) }
+
+// poolRead is what reading accounts.json found.
+type poolRead struct {
+	pool   *accounts.Pool // nil when unreadable
+	exists bool
+	err    error // the STORAGE_UNREADABLE error, when unreadable
+}
+
+// readPool reads accounts.json without opening the store (see the package
+// comment). A missing file is an empty pool that does not exist.
+func (c *Checkup) readPool() poolRead {
+	path := c.storePath()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return poolRead{pool: &accounts.Pool{Version: 1, Accounts: []accounts.Account{}}}
+	}
+	if err != nil {
+		return poolRead{exists: true, err: rerr.StorageUnreadable(path, err)}
+	}
+	p, err := accounts.Parse(path, data)
+	if err != nil {
+		return poolRead{exists: true, err: err}
+	}
+	return poolRead{pool: p, exists: true}
+}
+
+// backup is a readable backup of accounts.json.
+type backup struct {
+	name string // file name inside the home
+	data []byte
+	pool *accounts.Pool
+}
+
+// goodBackups lists the backups of accounts.json that parse, newest first.
+func (c *Checkup) goodBackups() []backup {
+	var out []backup
+	for i := range accounts.Backups {
+		path := homefs.BackupName(c.storePath(), i)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		p, err := accounts.Parse(path, data)
+		if err != nil {
+			continue
+		}
+		out = append(out, backup{name: filepath.Base(path), data: data, pool: p})
+	}
+	return out
+}
+
+// duplicates returns the groups of accounts that are the same ChatGPT login
+// (same kind, chatgpt_account_id and email, the email case-insensitively),
+// as 1-based indexes, first (the one kept) first. Accounts without a
+// chatgpt_account_id are never duplicates: every API-key account has an
+// empty one.
+func duplicates(p *accounts.Pool) [][]int {
+	type key struct{ kind, cg, email string }
+	groups := map[key][]int{}
+	var order []key
+	for i := range p.Accounts {
+		a := &p.Accounts[i]
+		if a.ChatGPTAccountID == "" {
+			continue
+		}
+		k := key{string(a.Kind), a.ChatGPTAccountID, strings.ToLower(a.Email)}
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i+1)
+	}
+	var out [][]int
+	for _, k := range order {
+		if len(groups[k]) > 1 {
+			out = append(out, groups[k])
+		}
+	}
+	return out
+}
+
+// secretIDs lists the ids that have secrets, or nil with the backend's error.
+func (c *Checkup) secretIDs() ([]string, error) {
+	if c.d.Secrets == nil {
+		return nil, c.secretsUnavailable()
+	}
+	return c.d.Secrets.IDs()
+}
+
+func (c *Checkup) secretsUnavailable() error {
+	if c.d.SecretsErr != nil {
+		return c.d.SecretsErr
+	}
+	return errors.New("no secrets backend")
+}
+
+// orphans lists the secret ids that belong to no account of p.
+func orphans(p *accounts.Pool, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if p.IndexOf(id) == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// accountName is how checks and actions name an account to a person.
+func accountName(i int, a *accounts.Account) string {
+	if a.Label == "" {
+		return fmt.Sprintf("account %d", i)
+	}
+	return fmt.Sprintf("account %d (%s)", i, a.Label)
+}
+
+// roundDur is a duration as a person reads it, in its two largest units:
+// 45s, 3m20s, 5h, 5h10m, 9d.
+func roundDur(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	two := func(big, small time.Duration, bigUnit, smallUnit string) string {
+		b, s := d/big, d%big/small
+		if s == 0 {
+			return fmt.Sprintf("%d%s", b, bigUnit)
+		}
+		return fmt.Sprintf("%d%s%d%s", b, bigUnit, s, smallUnit)
+	}
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", d.Round(time.Second)/time.Second)
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return two(time.Minute, time.Second, "m", "s")
+	case d < 48*time.Hour:
+		d = d.Round(time.Minute)
+		return two(time.Hour, time.Minute, "h", "m")
+	}
+	return fmt.Sprintf("%dd", (d+12*time.Hour)/(24*time.Hour))
+}
+
+// errText is an error for a check or an action: the message and, for
+// typed errors whose message is generic, the cause. Causes here come from
+// rotor's own code, which never puts a secret in an error.
+func errText(err error) string {
+	var e *rerr.Error
+	if errors.As(err, &e) && e.Err != nil && !strings.Contains(e.Error(), e.Err.Error()) {
+		return e.Error() + " (" + e.Err.Error() + ")"
+	}
+	return err.Error()
+}

@@ -1,0 +1,428 @@
+package checkup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy"
+)
+
+// Check statuses, from good to bad.
+const (
+	StatusOK    = "ok"
+	StatusWarn  = "warn"
+	StatusError = "error"
+)
+
+// Check is one line of `rotor doctor`: what was checked, how it went, and a
+// detail a person can act on.
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// DoctorResult is every check of one doctor run, in order.
+type DoctorResult struct {
+	Checks []Check
+}
+
+// Count returns how many checks ended ok, warn and error.
+func (r DoctorResult) Count() (ok, warn, errs int) {
+	for _, c := range r.Checks {
+		switch c.Status {
+		case StatusOK:
+			ok++
+		case StatusWarn:
+			warn++
+		default:
+			errs++
+		}
+	}
+	return ok, warn, errs
+}
+
+// Failed reports whether any check is an error (doctor then exits 1).
+func (r DoctorResult) Failed() bool {
+	_, _, errs := r.Count()
+	return errs > 0
+}
+
+// doctorRun is what the checks share: everything read once.
+type doctorRun struct {
+	c       *Checkup
+	ctx     context.Context
+	now     time.Time
+	pr      poolRead
+	ids     []string // ids with secrets; nil when the backend failed
+	idsErr  error
+	homeErr error // the home directory is missing or not one
+}
+
+// doctorChecks are SPEC §3's doctor checks, in the order shown. Each
+// returns zero or more checks (one per account for "account").
+var doctorChecks = []struct {
+	name string
+	run  func(r *doctorRun) []Check
+}{
+	{"home", checkHome},
+	{"files", checkFiles},
+	{"store", checkStore},
+	{"secrets", checkSecretsBackend},
+	{"account", checkAccounts},
+	{"orphaned_secrets", checkOrphans},
+	{"duplicates", checkDuplicates},
+	{"flagged", checkFlagged},
+	{"pin", checkPin},
+	{"proxy", checkProxy},
+}
+
+// Doctor runs every check. It changes nothing on disk.
+func (c *Checkup) Doctor(ctx context.Context) DoctorResult {
+	r := &doctorRun{c: c, ctx: ctx, now: c.d.Now()}
+	if fi, err := os.Stat(c.d.Dir); err != nil {
+		r.homeErr = err
+	} else if !fi.IsDir() {
+		r.homeErr = fmt.Errorf("%s is not a directory", c.d.Dir)
+	}
+	var res DoctorResult
+	if r.homeErr != nil {
+		// Nothing else can be looked at; a missing home is simply new.
+		return DoctorResult{Checks: checkHome(r)}
+	}
+	r.pr = c.readPool()
+	r.ids, r.idsErr = c.secretIDs()
+	for _, dc := range doctorChecks {
+		res.Checks = append(res.Checks, dc.run(r)...)
+	}
+	return res
+}
+
+func checkHome(r *doctorRun) []Check {
+	dir := r.c.d.Dir
+	if errors.Is(r.homeErr, os.ErrNotExist) {
+		return []Check{{"home", StatusWarn, fmt.Sprintf("%s does not exist yet; rotor creates it (0700) when you add an account", dir)}}
+	}
+	if r.homeErr != nil {
+		return []Check{{"home", StatusError, r.homeErr.Error() + "; set ROTOR_HOME to a directory"}}
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return []Check{{"home", StatusError, err.Error()}}
+	}
+	return []Check{permCheck("home", dir, fi.Mode().Perm(), homefs.DirMode, "chmod 700 "+dir)}
+}
+
+// permCheck judges one mode: others having any access is an error (the
+// home holds secrets), any other difference a warning.
+func permCheck(name, path string, got, want os.FileMode, fix string) Check {
+	switch {
+	case got == want:
+		return Check{name, StatusOK, fmt.Sprintf("%s is %04o", path, got)}
+	case got&0o077 != 0:
+		return Check{name, StatusError, fmt.Sprintf("%s is %04o: other users can read it; run %q (or \"rotor fix\")", path, got, fix)}
+	default:
+		return Check{name, StatusWarn, fmt.Sprintf("%s is %04o, expected %04o; run %q (or \"rotor fix\")", path, got, want, fix)}
+	}
+}
+
+// homeFiles lists the regular files directly in the home, sorted.
+func homeFiles(dir string) ([]os.DirEntry, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := ents[:0]
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func checkFiles(r *doctorRun) []Check {
+	ents, err := homeFiles(r.c.d.Dir)
+	if err != nil {
+		return []Check{{"files", StatusError, err.Error()}}
+	}
+	var open, odd []string
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		switch perm := fi.Mode().Perm(); {
+		case perm == homefs.FileMode:
+		case perm&0o077 != 0:
+			open = append(open, fmt.Sprintf("%s (%04o)", e.Name(), perm))
+		default:
+			odd = append(odd, fmt.Sprintf("%s (%04o)", e.Name(), perm))
+		}
+	}
+	fix := fmt.Sprintf("run \"chmod 600 %s/*\" (or \"rotor fix\")", r.c.d.Dir)
+	switch {
+	case len(open) > 0:
+		return []Check{{"files", StatusError, "readable by other users: " + strings.Join(append(open, odd...), ", ") + "; " + fix}}
+	case len(odd) > 0:
+		return []Check{{"files", StatusWarn, "not 0600: " + strings.Join(odd, ", ") + "; " + fix}}
+	}
+	return []Check{{"files", StatusOK, fmt.Sprintf("all %d files are 0600", len(ents))}}
+}
+
+func checkStore(r *doctorRun) []Check {
+	path := r.c.storePath()
+	switch {
+	case r.pr.err != nil:
+		detail := r.pr.err.Error()
+		if b := r.c.goodBackups(); len(b) > 0 {
+			detail = fmt.Sprintf("%s is unreadable (%v); \"rotor fix\" restores %s (%d accounts) and keeps the damaged file",
+				path, causeOf(r.pr.err), b[0].name, len(b[0].pool.Accounts))
+		} else {
+			detail = fmt.Sprintf("%s is unreadable (%v) and no backup is readable; repair the file by hand, or move it away and add the accounts again",
+				path, causeOf(r.pr.err))
+		}
+		return []Check{{"store", StatusError, detail}}
+	case !r.pr.exists:
+		return []Check{{"store", StatusOK, fmt.Sprintf("%s does not exist yet (no accounts)", path)}}
+	}
+	p := r.pr.pool
+	enabled := 0
+	for i := range p.Accounts {
+		if p.Accounts[i].Enabled {
+			enabled++
+		}
+	}
+	return []Check{{"store", StatusOK, fmt.Sprintf("%s is readable: %d accounts, %d enabled", path, len(p.Accounts), enabled)}}
+}
+
+// causeOf is the cause of a typed error (the parse error), not its hint.
+func causeOf(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
+}
+
+func checkSecretsBackend(r *doctorRun) []Check {
+	d := r.c.d
+	if d.Secrets == nil {
+		return []Check{{"secrets", StatusError, "no secrets backend: " + errText(r.c.secretsUnavailable()) +
+			"; set ROTOR_SECRETS=file to keep secrets in secrets.json (0600)"}}
+	}
+	if r.idsErr != nil {
+		return []Check{{"secrets", StatusError, fmt.Sprintf("the %s backend cannot list secrets: %s", d.Secrets.Backend(), errText(r.idsErr))}}
+	}
+	backend := d.Secrets.Backend()
+	if backend == secrets.BackendFile && (d.SecretsMode == "" || d.SecretsMode == secrets.ModeAuto) {
+		return []Check{{"secrets", StatusWarn, fmt.Sprintf("no OS keyring answered; %d secrets are in %s (0600). Set ROTOR_SECRETS=file to make that the choice",
+			len(r.ids), filepath.Join(d.Dir, secrets.FileName))}}
+	}
+	where := "the OS keyring"
+	if backend == secrets.BackendFile {
+		where = filepath.Join(d.Dir, secrets.FileName)
+	}
+	return []Check{{"secrets", StatusOK, fmt.Sprintf("%s backend: %d secrets in %s", backend, len(r.ids), where)}}
+}
+
+// checkAccounts checks, per account, that its secret is there and, for
+// ChatGPT accounts, when its access token expires.
+func checkAccounts(r *doctorRun) []Check {
+	if r.pr.pool == nil || r.c.d.Secrets == nil || r.idsErr != nil {
+		return nil // the store or secrets check already says why
+	}
+	var out []Check
+	for i := range r.pr.pool.Accounts {
+		a := &r.pr.pool.Accounts[i]
+		name := fmt.Sprintf("account:%d", i+1)
+		who := accountName(i+1, a)
+		sec, err := r.c.d.Secrets.Get(a.ID)
+		if err != nil {
+			again := "\"rotor login\" or \"rotor import codex\""
+			if a.Kind == accounts.KindAPIKey {
+				again = "\"rotor add-key\""
+			}
+			status, what := StatusError, "has no secret"
+			if !errors.Is(err, secrets.ErrNotFound) {
+				what = "secret cannot be read: " + errText(err)
+			}
+			out = append(out, Check{name, status, fmt.Sprintf("%s %s; remove it (\"rotor remove %d\") and add it again with %s", who, what, i+1, again)})
+			continue
+		}
+		out = append(out, tokenCheck(name, who, i+1, a, sec, r.now))
+	}
+	return out
+}
+
+// tokenCheck judges the secret an account has.
+func tokenCheck(name, who string, index int, a *accounts.Account, sec secrets.Secret, now time.Time) Check {
+	if a.Kind == accounts.KindAPIKey {
+		if sec.APIKey == "" {
+			return Check{name, StatusError, fmt.Sprintf("%s has an empty API key; remove it (\"rotor remove %d\") and add it again with \"rotor add-key\"", who, index)}
+		}
+		return Check{name, StatusOK, who + ": API key present"}
+	}
+	switch left := sec.ExpiresAt.Sub(now); {
+	case sec.AccessToken == "" && sec.RefreshToken == "":
+		return Check{name, StatusError, fmt.Sprintf("%s has no tokens; sign in again with \"rotor login\"", who)}
+	case sec.ExpiresAt.IsZero():
+		return Check{name, StatusOK, who + ": tokens present, access-token expiry unknown"}
+	case left <= 0 && sec.RefreshToken == "":
+		return Check{name, StatusError, fmt.Sprintf("%s: access token expired %s ago and there is no refresh token; sign in again with \"rotor login\"", who, roundDur(left))}
+	case left <= 0:
+		return Check{name, StatusWarn, fmt.Sprintf("%s: access token expired %s ago; the proxy refreshes it on next use, or run \"rotor fix\"", who, roundDur(left))}
+	case left < oauth.RefreshLead:
+		return Check{name, StatusOK, fmt.Sprintf("%s: access token expires in %s; refreshed on next use", who, roundDur(left))}
+	}
+	return Check{name, StatusOK, fmt.Sprintf("%s: tokens present, access token valid for %s", who, roundDur(sec.ExpiresAt.Sub(now)))}
+}
+
+func checkOrphans(r *doctorRun) []Check {
+	if r.pr.pool == nil || r.idsErr != nil {
+		return nil
+	}
+	o := orphans(r.pr.pool, r.ids)
+	if len(o) == 0 {
+		return []Check{{"orphaned_secrets", StatusOK, "every secret belongs to an account"}}
+	}
+	return []Check{{"orphaned_secrets", StatusWarn, fmt.Sprintf("%d secret(s) belong to no account (%s); \"rotor fix\" removes them",
+		len(o), strings.Join(o, ", "))}}
+}
+
+func checkDuplicates(r *doctorRun) []Check {
+	if r.pr.pool == nil {
+		return nil
+	}
+	groups := duplicates(r.pr.pool)
+	if len(groups) == 0 {
+		return []Check{{"duplicates", StatusOK, "no account is in the pool twice"}}
+	}
+	var parts []string
+	for _, g := range groups {
+		a := r.pr.pool.At(g[0])
+		parts = append(parts, fmt.Sprintf("accounts %s are the same login (%s)", joinInts(g), a.Email))
+	}
+	return []Check{{"duplicates", StatusWarn, strings.Join(parts, "; ") + "; \"rotor fix\" merges them into the first"}}
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	if len(s) == 2 {
+		return s[0] + " and " + s[1]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+func checkFlagged(r *doctorRun) []Check {
+	if r.pr.pool == nil {
+		return nil
+	}
+	var flagged []string
+	for i := range r.pr.pool.Accounts {
+		a := &r.pr.pool.Accounts[i]
+		if why, ok := a.Flagged(); ok {
+			flagged = append(flagged, fmt.Sprintf("%s: %s", accountName(i+1, a), why))
+		}
+	}
+	if len(flagged) == 0 {
+		return []Check{{"flagged", StatusOK, "no account is flagged"}}
+	}
+	return []Check{{"flagged", StatusWarn, strings.Join(flagged, "; ") + "; \"rotor verify-flagged\" re-checks them, or sign in again"}}
+}
+
+func checkPin(r *doctorRun) []Check {
+	p := r.pr.pool
+	if p == nil {
+		return nil
+	}
+	if p.PinnedAccountID == nil {
+		return []Check{{"pin", StatusOK, "not pinned: rotor rotates between accounts"}}
+	}
+	i := p.IndexOf(*p.PinnedAccountID)
+	if i == 0 {
+		return []Check{{"pin", StatusError, fmt.Sprintf("the pin names account id %s, which is no longer in the pool; every request fails until you run \"rotor unpin\" or \"rotor switch <index>\"",
+			*p.PinnedAccountID)}}
+	}
+	a := p.At(i)
+	if !a.Enabled {
+		return []Check{{"pin", StatusError, fmt.Sprintf("pinned to %s, which is disabled: every request fails with 503; run \"rotor enable %d\" or \"rotor unpin\"", accountName(i, a), i)}}
+	}
+	if why, ok := a.Flagged(); ok {
+		return []Check{{"pin", StatusError, fmt.Sprintf("pinned to %s, which is flagged %s: every request fails with 503; run \"rotor verify-flagged\" or \"rotor unpin\"", accountName(i, a), why)}}
+	}
+	return []Check{{"pin", StatusOK, fmt.Sprintf("pinned to %s; \"rotor unpin\" rotates again", accountName(i, a))}}
+}
+
+func checkProxy(r *doctorRun) []Check {
+	dir := r.c.d.Dir
+	in, err := proxy.ReadInfo(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return []Check{{"proxy", StatusOK, "no proxy running (no proxy.json); start one with \"rotor serve\""}}
+	}
+	if err != nil {
+		return []Check{{"proxy", StatusWarn, err.Error() + "; \"rotor fix\" removes it"}}
+	}
+	if !r.c.d.Alive(in.PID) {
+		return []Check{{"proxy", StatusWarn, fmt.Sprintf("proxy.json is stale: pid %d is not running; \"rotor fix\" removes it", in.PID)}}
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.c.d.ProxyTimeout)
+	defer cancel()
+	status, err := r.c.reachProxy(ctx, in)
+	switch {
+	case err != nil:
+		return []Check{{"proxy", StatusError, fmt.Sprintf("pid %d runs but %s does not answer (%v); restart \"rotor serve\"", in.PID, in.URL, err)}}
+	case status == http.StatusUnauthorized:
+		return []Check{{"proxy", StatusError, fmt.Sprintf("%s refused the client key in proxy.json (401): another program may hold the port; restart \"rotor serve\"", in.URL)}}
+	case status/100 != 2:
+		return []Check{{"proxy", StatusWarn, fmt.Sprintf("pid %d answers at %s, but GET /v1/models said %d: the accounts cannot serve now; see \"rotor forecast\"", in.PID, in.URL, status)}}
+	}
+	return []Check{{"proxy", StatusOK, fmt.Sprintf("pid %d answers at %s", in.PID, in.URL)}}
+}
+
+// reachProxy asks a running proxy for its models with its own client key.
+// When the URL cannot even be parsed into a request, a TCP connect to its
+// host tells at least whether something listens there.
+func (c *Checkup) reachProxy(ctx context.Context, in proxy.Info) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(in.URL, "/")+"/models", nil)
+	if err != nil {
+		u, perr := url.Parse(in.URL)
+		if perr != nil || u.Host == "" {
+			return 0, fmt.Errorf("proxy.json has no usable url")
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", u.Host)
+		if err != nil {
+			return 0, err
+		}
+		conn.Close()
+		return http.StatusOK, nil
+	}
+	req.Header.Set("Authorization", "Bearer "+in.ClientKey)
+	resp, err := c.d.HTTP.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is already in the detail
+		}
+		return 0, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}

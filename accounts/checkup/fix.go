@@ -1,0 +1,725 @@
+package checkup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// Action kinds, one per repair Fix knows.
+const (
+	ActionChmod           = "chmod"
+	ActionRestoreStore    = "restore-store"
+	ActionMergeDuplicate  = "merge-duplicate"
+	ActionRemoveOrphan    = "remove-orphaned-secret"
+	ActionRefreshToken    = "refresh-token"
+	ActionDisableAccount  = "disable-account"
+	ActionClearState      = "clear-state"
+	ActionDropState       = "drop-state"
+	ActionRemoveLock      = "remove-stale-lock"
+	ActionRemoveTemp      = "remove-temp-file"
+	ActionRemoveProxyInfo = "remove-stale-proxy-info"
+)
+
+// Action outcomes.
+const (
+	ActionDone    = "done"
+	ActionPlanned = "planned" // a dry run: what would be done
+	ActionFailed  = "failed"
+)
+
+// Action is one repair Fix made, would make (dry run), or tried.
+type Action struct {
+	Action string `json:"action"`
+	// Target is what was repaired: a file name, "account 2 (label)", or a
+	// secret's account id.
+	Target string `json:"target"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+	Error  string `json:"error,omitempty"`
+}
+
+// FixResult is every action of one Fix run, in order.
+type FixResult struct {
+	DryRun  bool
+	Actions []Action
+}
+
+// Changed reports whether anything on disk (or upstream: a spent refresh
+// token) was changed.
+func (r FixResult) Changed() bool {
+	return slices.ContainsFunc(r.Actions, func(a Action) bool { return a.Status == ActionDone })
+}
+
+// Failed reports whether a repair failed (fix then exits 1).
+func (r FixResult) Failed() bool {
+	return slices.ContainsFunc(r.Actions, func(a Action) bool { return a.Status == ActionFailed })
+}
+
+// fixRun is one Fix in progress.
+type fixRun struct {
+	c   *Checkup
+	ctx context.Context
+	dry bool
+	now time.Time
+	// pool is the pool as it is (or, in a dry run, would be) after the
+	// steps so far; nil when the store is unreadable and was not restored,
+	// and then every step that needs the account list is skipped, so a
+	// broken store never makes secrets look orphaned. exists is false
+	// when there is no accounts.json at all: a deleted store does not make
+	// every secret an orphan either.
+	pool   *accounts.Pool
+	exists bool
+	store  *accounts.Store // opened on first write
+	out    []Action
+}
+
+func (f *fixRun) add(a Action) {
+	if f.dry && a.Status == "" {
+		a.Status = ActionPlanned
+	}
+	if a.Status == "" {
+		a.Status = ActionDone
+	}
+	f.out = append(f.out, a)
+}
+
+func (f *fixRun) fail(a Action, err error) {
+	a.Status, a.Error = ActionFailed, errText(err)
+	f.out = append(f.out, a)
+}
+
+// openStore opens the account store for writing; only real runs write.
+func (f *fixRun) openStore() (*accounts.Store, error) {
+	if f.store == nil {
+		st, err := accounts.Open(f.c.d.Dir)
+		if err != nil {
+			return nil, err
+		}
+		f.store = st
+	}
+	return f.store, nil
+}
+
+// fixSteps are Fix's repairs in the order they run: permissions before
+// anything opens the store; the store before whatever needs its account
+// list; tokens (which write state.json through the Runtime) before the
+// state cleanup, so a Runtime sync cannot bring cleared deadlines back.
+var fixSteps = []struct {
+	name string
+	run  func(f *fixRun)
+}{
+	{"permissions", fixPermissions},
+	{"store", fixStore},
+	{"duplicates", fixDuplicates},
+	{"orphaned secrets", fixOrphans},
+	{"tokens", fixTokens},
+	{"state", fixState},
+	{"locks", fixLocks},
+	{"temp files", fixTemps},
+	{"proxy.json", fixProxyInfo},
+}
+
+// Fix repairs what it can and lists every change. With dryRun it changes
+// nothing, refreshes nothing (refresh tokens are single-use), and lists
+// what it would do.
+func (c *Checkup) Fix(ctx context.Context, dryRun bool) FixResult {
+	f := &fixRun{c: c, ctx: ctx, dry: dryRun, now: c.d.Now()}
+	if fi, err := os.Stat(c.d.Dir); err != nil || !fi.IsDir() {
+		return FixResult{DryRun: dryRun} // no home: nothing to repair
+	}
+	for _, s := range fixSteps {
+		s.run(f)
+	}
+	return FixResult{DryRun: dryRun, Actions: f.out}
+}
+
+// fixPermissions makes the home 0700 and its files 0600.
+func fixPermissions(f *fixRun) {
+	dir := f.c.d.Dir
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm() != homefs.DirMode {
+		f.chmod(dir, fi.Mode().Perm(), homefs.DirMode)
+	}
+	ents, err := homeFiles(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().Perm() != homefs.FileMode {
+			f.chmod(filepath.Join(dir, e.Name()), fi.Mode().Perm(), homefs.FileMode)
+		}
+	}
+}
+
+func (f *fixRun) chmod(path string, from, to os.FileMode) {
+	a := Action{Action: ActionChmod, Target: path, Detail: fmt.Sprintf("%04o -> %04o", from, to)}
+	if !f.dry {
+		if err := os.Chmod(path, to); err != nil {
+			f.fail(a, err)
+			return
+		}
+	}
+	f.add(a)
+}
+
+// fixStore restores the newest good backup of an unreadable accounts.json.
+// The damaged file is kept as accounts.json.corrupt-<time>: hard-linked
+// there before the backup is renamed over it, so readers never see the
+// store missing, and its bytes are never lost.
+func fixStore(f *fixRun) {
+	pr := f.c.readPool()
+	f.pool, f.exists = pr.pool, pr.exists
+	if pr.err == nil {
+		return
+	}
+	path := f.c.storePath()
+	a := Action{Action: ActionRestoreStore, Target: accounts.FileName}
+	backups := f.c.goodBackups()
+	if len(backups) == 0 {
+		f.fail(a, fmt.Errorf("%s is unreadable (%v) and no backup is readable; it was left untouched: repair it by hand, or move it away and add the accounts again",
+			accounts.FileName, causeOf(pr.err)))
+		return
+	}
+	b := backups[0]
+	aside := path + ".corrupt-" + f.now.UTC().Format("20060102T150405Z")
+	a.Detail = fmt.Sprintf("restore %s (%d accounts); keep the unreadable file as %s", b.name, len(b.pool.Accounts), filepath.Base(aside))
+	if f.dry {
+		f.add(a)
+		f.pool = b.pool
+		return
+	}
+	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, ".lock"), false, 15*time.Second)
+	if err != nil {
+		f.fail(a, err)
+		return
+	}
+	defer lock.Unlock()
+	// Under the lock, look again: another rotor may have repaired it.
+	if pr := f.c.readPool(); pr.err == nil {
+		f.pool, f.exists = pr.pool, pr.exists
+		return
+	}
+	kept, err := keepAside(path, aside)
+	if err != nil {
+		f.fail(a, fmt.Errorf("cannot keep the unreadable file as %s: %w; nothing was changed", filepath.Base(aside), err))
+		return
+	}
+	a.Detail = fmt.Sprintf("restored %s (%d accounts); the unreadable file is kept as %s", b.name, len(b.pool.Accounts), filepath.Base(kept))
+	if err := homefs.WriteFile(path, b.data); err != nil {
+		f.fail(a, fmt.Errorf("writing the backup failed: %w", err))
+		return
+	}
+	f.add(a)
+	f.pool = b.pool
+}
+
+// keepAside keeps the bytes of path under a new name starting with aside
+// (aside, else aside-1, aside-2, …: an earlier damaged copy is never
+// overwritten) and returns that name. It hard-links, so the kept file is
+// the very same file, where the filesystem allows, else it copies (0600).
+func keepAside(path, aside string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for i := range 100 {
+		name := aside
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d", aside, i)
+		}
+		err := os.Link(path, name)
+		if err == nil {
+			return name, nil
+		}
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		fh, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, homefs.FileMode)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = fh.Write(data)
+		if err == nil {
+			err = fh.Sync()
+		}
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(name)
+			return "", err
+		}
+		return name, nil
+	}
+	return "", fmt.Errorf("too many kept copies named %s-*", filepath.Base(aside))
+}
+
+// fixDuplicates merges accounts that are the same login into the first:
+// the pin moves to it, and the newest secret is kept.
+func fixDuplicates(f *fixRun) {
+	if f.pool == nil {
+		return
+	}
+	groups := duplicates(f.pool)
+	if len(groups) == 0 {
+		return
+	}
+	if f.dry {
+		for _, g := range groups {
+			keep := f.pool.At(g[0])
+			for _, i := range g[1:] {
+				f.add(Action{Action: ActionMergeDuplicate, Target: accountName(i, f.pool.At(i)),
+					Detail: mergeDetail(f.pool, keep, g[0], i)})
+			}
+		}
+		return
+	}
+	st, err := f.openStore()
+	if err != nil {
+		f.fail(Action{Action: ActionMergeDuplicate, Target: accounts.FileName}, err)
+		return
+	}
+	var done []Action
+	var removed []string
+	p, err := st.Update(func(p *accounts.Pool) error {
+		done, removed = nil, nil
+		for _, g := range duplicates(p) { // again, under the lock
+			keep := p.At(g[0])
+			for _, i := range g[1:] {
+				dup := p.At(i)
+				done = append(done, Action{Action: ActionMergeDuplicate, Target: accountName(i, dup), Detail: mergeDetail(p, keep, g[0], i)})
+				if err := f.keepNewestSecret(keep.ID, dup.ID); err != nil {
+					return err
+				}
+				if p.PinnedAccountID != nil && *p.PinnedAccountID == dup.ID {
+					id := keep.ID
+					p.PinnedAccountID = &id
+					p.AffinityGeneration++
+				}
+				removed = append(removed, dup.ID)
+			}
+		}
+		for _, id := range removed {
+			p.Remove(p.IndexOf(id))
+		}
+		return nil
+	})
+	if err != nil {
+		f.fail(Action{Action: ActionMergeDuplicate, Target: accounts.FileName}, err)
+		return
+	}
+	f.pool = p
+	for _, a := range done {
+		f.add(a)
+	}
+	// After the store write: a crash in between leaves orphaned secrets
+	// (removed by the next fix), never an account without its secret.
+	for _, id := range removed {
+		if f.c.d.Secrets != nil {
+			if err := f.c.d.Secrets.Delete(id); err != nil {
+				f.fail(Action{Action: ActionRemoveOrphan, Target: id, Detail: "the secret of a merged duplicate"}, err)
+			}
+		}
+	}
+}
+
+func mergeDetail(p *accounts.Pool, keep *accounts.Account, keepIndex, dupIndex int) string {
+	s := fmt.Sprintf("same login as account %d (%s); removed, account %d kept", keepIndex, keep.Email, keepIndex)
+	if p.PinnedAccountID != nil && *p.PinnedAccountID == p.At(dupIndex).ID {
+		s += fmt.Sprintf("; the pin moves to account %d", keepIndex)
+	}
+	return s + " (indexes as before the fix)"
+}
+
+// keepNewestSecret gives the kept account the duplicate's secret when the
+// kept one has none, or the duplicate's access token outlives it: the
+// newest login is the one most likely to still refresh.
+func (f *fixRun) keepNewestSecret(keepID, dupID string) error {
+	s := f.c.d.Secrets
+	if s == nil {
+		return nil
+	}
+	dup, err := s.Get(dupID)
+	if err != nil {
+		return nil // nothing to carry over
+	}
+	kept, err := s.Get(keepID)
+	switch {
+	case errors.Is(err, secrets.ErrNotFound):
+	case err != nil:
+		return err
+	case !dup.ExpiresAt.After(kept.ExpiresAt):
+		return nil
+	}
+	return s.Set(keepID, dup)
+}
+
+// errNoWrite ends a Store.Update that only needed the store lock.
+var errNoWrite = errors.New("checkup: nothing to write")
+
+// fixOrphans deletes the secrets of accounts that are not in the pool. In
+// a real run it decides under the store lock, because adding an account
+// stores its secret before the account appears (under that lock).
+func fixOrphans(f *fixRun) {
+	if f.pool == nil || !f.exists || f.c.d.Secrets == nil {
+		return
+	}
+	list := func(p *accounts.Pool) ([]string, error) {
+		ids, err := f.c.d.Secrets.IDs()
+		if err != nil {
+			return nil, err
+		}
+		return orphans(p, ids), nil
+	}
+	if f.dry {
+		ids, err := list(f.pool)
+		if err != nil {
+			f.fail(Action{Action: ActionRemoveOrphan, Target: f.c.d.Secrets.Backend()}, err)
+			return
+		}
+		for _, id := range ids {
+			f.add(Action{Action: ActionRemoveOrphan, Target: id, Detail: "the secret belongs to no account"})
+		}
+		return
+	}
+	st, err := f.openStore()
+	if err != nil {
+		f.fail(Action{Action: ActionRemoveOrphan, Target: accounts.FileName}, err)
+		return
+	}
+	_, err = st.Update(func(p *accounts.Pool) error {
+		ids, err := list(p)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			a := Action{Action: ActionRemoveOrphan, Target: id, Detail: "the secret belongs to no account"}
+			if err := f.c.d.Secrets.Delete(id); err != nil {
+				f.fail(a, err)
+				continue
+			}
+			f.add(a)
+		}
+		return errNoWrite
+	})
+	if err != nil && !errors.Is(err, errNoWrite) {
+		f.fail(Action{Action: ActionRemoveOrphan, Target: f.c.d.Secrets.Backend()}, err)
+	}
+}
+
+// fixTokens refreshes the expired access tokens of ChatGPT accounts, and
+// disables (and flags token-invalid) the accounts whose refresh the server
+// refuses for good. Flagged accounts are left to verify-flagged.
+func fixTokens(f *fixRun) {
+	if f.pool == nil || f.c.d.Secrets == nil {
+		return
+	}
+	refreshed := false
+	accts := slices.Clone(f.pool.Accounts) // disable replaces f.pool
+	for i, a := range accts {
+		if a.Kind != accounts.KindChatGPT {
+			continue
+		}
+		if _, flagged := a.Flagged(); flagged {
+			continue
+		}
+		sec, err := f.c.d.Secrets.Get(a.ID)
+		if err != nil || sec.ExpiresAt.IsZero() || sec.ExpiresAt.After(f.now) {
+			continue // a missing secret is doctor's to report; fix cannot make one
+		}
+		act := Action{Action: ActionRefreshToken, Target: accountName(i+1, &a),
+			Detail: fmt.Sprintf("access token expired %s ago", roundDur(f.now.Sub(sec.ExpiresAt)))}
+		if f.dry {
+			f.add(act)
+			continue
+		}
+		if f.c.d.Refresher == nil {
+			f.fail(act, errors.New("no token refresher configured"))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(f.ctx, f.c.d.RefreshTimeout)
+		fresh, err := f.c.d.Refresher.Refresh(ctx, a, sec)
+		cancel()
+		if err != nil {
+			f.fail(act, err)
+			if rerr.CodeOf(err) == rerr.CodeAuthRefreshFailed && !rerr.IsRetryable(err) {
+				f.disable(i+1, a)
+			}
+			continue
+		}
+		act.Detail += "; refreshed"
+		if !fresh.ExpiresAt.IsZero() {
+			act.Detail += ", valid until " + fresh.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		f.add(act)
+		if f.c.d.Runtime != nil {
+			f.c.d.Runtime.TokensChanged(a.ID)
+			refreshed = true
+		}
+	}
+	if refreshed {
+		// Running proxies see tokens_at move and read the secret again.
+		if err := f.c.d.Runtime.Sync(nil); err != nil {
+			f.fail(Action{Action: ActionRefreshToken, Target: rotation.StateFile, Detail: "telling running proxies about the new tokens"}, err)
+		}
+	}
+}
+
+// disable disables the account at index and flags it token-invalid.
+func (f *fixRun) disable(index int, a accounts.Account) {
+	act := Action{Action: ActionDisableAccount, Target: accountName(index, &a),
+		Detail: "the auth server refused its refresh token for good; disabled and flagged " + accounts.FlagTokenInvalid +
+			": sign in again with \"rotor login\", then \"rotor enable " + fmt.Sprint(index) + "\""}
+	st, err := f.openStore()
+	if err == nil {
+		var p *accounts.Pool
+		p, err = st.Flag(a.ID, accounts.FlagTokenInvalid, true)
+		if err == nil {
+			f.pool = p
+		}
+	}
+	if err != nil {
+		f.fail(act, err)
+		return
+	}
+	f.add(act)
+}
+
+// stateDeadlines are the runtime-state fields that end by themselves, with
+// the fields that only mean something while they last.
+var stateDeadlines = []struct {
+	field, words string
+	with         []string
+}{
+	{"rate_limited_until", "rate limit", nil},
+	{"cooldown_until", "cooldown", []string{"cooldown_reason"}},
+	{"circuit_open_until", "open circuit", nil},
+}
+
+// fixState clears deadlines that have passed from state.json and drops the
+// state of accounts no longer in the pool. It edits the file under the
+// state lock, field by field, so fields it does not know (from a newer
+// rotor) survive. Running proxies are unaffected: a passed deadline means
+// nothing to them, and they drop removed accounts by themselves.
+func fixState(f *fixRun) {
+	if f.pool == nil {
+		return
+	}
+	path := filepath.Join(f.c.d.Dir, rotation.StateFile)
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	if f.dry {
+		doc, acts, err := f.pruneState(path)
+		if err == nil && doc != nil {
+			for _, a := range acts {
+				f.add(a)
+			}
+		}
+		return
+	}
+	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, ".state.lock"), false, 5*time.Second)
+	if err != nil {
+		f.fail(Action{Action: ActionClearState, Target: rotation.StateFile}, err)
+		return
+	}
+	defer lock.Unlock()
+	doc, acts, err := f.pruneState(path)
+	if err != nil || doc == nil || len(acts) == 0 {
+		return // an unreadable state file is a cache the proxies rebuild
+	}
+	data, err := json.MarshalIndent(doc, "", "  ")
+	if err == nil {
+		err = homefs.WriteFile(path, append(data, '\n'))
+	}
+	if err != nil {
+		f.fail(Action{Action: ActionClearState, Target: rotation.StateFile}, err)
+		return
+	}
+	for _, a := range acts {
+		f.add(a)
+	}
+}
+
+// pruneState reads state.json and returns it with passed deadlines and
+// removed accounts taken out, and the actions that describes; a nil doc
+// when the file is not a state file.
+func (f *fixRun) pruneState(path string) (map[string]json.RawMessage, []Action, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var doc map[string]json.RawMessage
+	var accts map[string]map[string]json.RawMessage
+	if json.Unmarshal(data, &doc) != nil || json.Unmarshal(doc["accounts"], &accts) != nil {
+		return nil, nil, nil
+	}
+	ids := make([]string, 0, len(accts))
+	for id := range accts {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int { return f.pool.IndexOf(a) - f.pool.IndexOf(b) })
+	var acts []Action
+	changed := false
+	for _, id := range ids {
+		i := f.pool.IndexOf(id)
+		if i == 0 {
+			delete(accts, id)
+			changed = true
+			acts = append(acts, Action{Action: ActionDropState, Target: id, Detail: "runtime state of an account no longer in the pool"})
+			continue
+		}
+		var cleared []string
+		for _, d := range stateDeadlines {
+			var t time.Time
+			raw, ok := accts[id][d.field]
+			if !ok || json.Unmarshal(raw, &t) != nil || t.After(f.now) {
+				continue
+			}
+			delete(accts[id], d.field)
+			for _, w := range d.with {
+				delete(accts[id], w)
+			}
+			cleared = append(cleared, fmt.Sprintf("%s (ended %s ago)", d.words, roundDur(f.now.Sub(t))))
+		}
+		if len(cleared) > 0 {
+			changed = true
+			acts = append(acts, Action{Action: ActionClearState, Target: accountName(i, f.pool.At(i)),
+				Detail: "expired " + strings.Join(cleared, ", ")})
+		}
+	}
+	if !changed {
+		return doc, nil, nil
+	}
+	raw, err := json.Marshal(accts)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc["accounts"] = raw
+	return doc, acts, nil
+}
+
+// coreLocks are the lock files every rotor command uses. They are never
+// stale in a harmful way (flock dies with its process) and removing one
+// while another process opens it could let two processes hold "the" lock
+// on different files, so Fix leaves them alone.
+var coreLocks = map[string]bool{".lock": true, ".state.lock": true, ".secrets.lock": true, ".usage.lock": true}
+
+// fixLocks removes the per-account refresh locks of accounts no longer in
+// the pool, when nobody holds them (a non-blocking flock succeeds).
+func fixLocks(f *fixRun) {
+	if f.pool == nil {
+		return
+	}
+	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, ".refresh-*.lock"))
+	for _, m := range matches {
+		name := filepath.Base(m)
+		if coreLocks[name] {
+			continue
+		}
+		id := strings.TrimSuffix(strings.TrimPrefix(name, ".refresh-"), ".lock")
+		if f.pool.IndexOf(id) > 0 {
+			continue
+		}
+		l, err := tryLock(m)
+		if err != nil {
+			continue // held: a refresh is running; not stale
+		}
+		a := Action{Action: ActionRemoveLock, Target: name, Detail: "refresh lock of an account no longer in the pool; nobody holds it"}
+		if !f.dry {
+			// Removed while held, so nobody can take it between the
+			// check and the removal.
+			if err := os.Remove(m); err != nil {
+				l.Close()
+				f.fail(a, err)
+				continue
+			}
+		}
+		l.Close()
+		f.add(a)
+	}
+}
+
+// tryLock takes an exclusive flock on path without waiting; it never
+// creates the file.
+func tryLock(path string) (*os.File, error) {
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	return fh, nil
+}
+
+// fixTemps removes the temp files of atomic writes whose writer died
+// (older than TempFileAge). Those of secrets.json hold secrets.
+func fixTemps(f *fixRun) {
+	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, ".*.tmp-*"))
+	for _, m := range matches {
+		fi, err := os.Lstat(m)
+		if err != nil || !fi.Mode().IsRegular() || f.now.Sub(fi.ModTime()) < TempFileAge {
+			continue
+		}
+		a := Action{Action: ActionRemoveTemp, Target: filepath.Base(m),
+			Detail: fmt.Sprintf("left by an interrupted write %s ago", roundDur(f.now.Sub(fi.ModTime())))}
+		if !f.dry {
+			if err := os.Remove(m); err != nil {
+				f.fail(a, err)
+				continue
+			}
+		}
+		f.add(a)
+	}
+}
+
+// fixProxyInfo removes a proxy.json whose process is gone, or which is not
+// JSON at all: either way no client can use it.
+func fixProxyInfo(f *fixRun) {
+	dir := f.c.d.Dir
+	path := filepath.Join(dir, proxy.InfoFile)
+	in, err := proxy.ReadInfo(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	a := Action{Action: ActionRemoveProxyInfo, Target: proxy.InfoFile}
+	switch {
+	case err != nil:
+		a.Detail = "not valid JSON"
+	case !f.c.d.Alive(in.PID):
+		a.Detail = fmt.Sprintf("pid %d is not running", in.PID)
+	default:
+		return
+	}
+	if !f.dry {
+		if err != nil {
+			err = os.Remove(path)
+		} else {
+			err = proxy.RemoveInfo(dir, in.PID) // only if it still names that pid
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			f.fail(a, err)
+			return
+		}
+	}
+	f.add(a)
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/rotorproxy/rotor/accounts/checkup"
+)
+
+// doctorSummary counts the checks of `doctor --json` by status.
+type doctorSummary struct {
+	OK    int `json:"ok"`
+	Warn  int `json:"warn"`
+	Error int `json:"error"`
+}
+
+func cmdDoctor(a *app, args []string) error {
+	fs := a.flags("doctor")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := noArgs(fs, args, "Usage: rotor doctor [--json]"); err != nil {
+		return err
+	}
+	dir, err := a.home()
+	if err != nil {
+		return err
+	}
+	res := a.checkup(dir).Doctor(context.Background())
+	ok, warn, errs := res.Count()
+	if *asJSON {
+		checks := res.Checks
+		if checks == nil {
+			checks = []checkup.Check{}
+		}
+		err = a.printJSON(struct {
+			Command string          `json:"command"`
+			Summary doctorSummary   `json:"summary"`
+			Checks  []checkup.Check `json:"checks"`
+		}{"doctor", doctorSummary{ok, warn, errs}, checks})
+	} else {
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  STATUS\tCHECK\tDETAIL")
+		for _, c := range res.Checks {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+		}
+		tw.Flush()
+		fmt.Fprintf(a.stdout, "\n%d ok, %s, %s.\n", ok, diagPlural(warn, "warning", "warnings"), diagPlural(errs, "error", "errors"))
+	}
+	if err != nil {
+		return err
+	}
+	if res.Failed() {
+		return diagExit1
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/rotorproxy/rotor/accounts/checkup"
+)
+
+func cmdFix(a *app, args []string) error {
+	fs := a.flags("fix")
+	dry := fs.Bool("dry-run", false, "only list what would be repaired; change nothing")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := noArgs(fs, args, "Usage: rotor fix [--dry-run] [--json]"); err != nil {
+		return err
+	}
+	dir, err := a.home()
+	if err != nil {
+		return err
+	}
+	res := a.checkup(dir).Fix(context.Background(), *dry)
+	actions := res.Actions
+	if actions == nil {
+		actions = []checkup.Action{}
+	}
+	if *asJSON {
+		err = a.printJSON(struct {
+			Command string           `json:"command"`
+			DryRun  bool             `json:"dry_run"`
+			Changed bool             `json:"changed"`
+			Actions []checkup.Action `json:"actions"`
+		}{"fix", res.DryRun, res.Changed(), actions})
+	} else {
+		err = printFix(a, res)
+	}
+	if err != nil {
+		return err
+	}
+	if res.Failed() {
+		return diagExit1
+	}
+	return nil
+}
+
+// printFix lists the actions, outcome first.
+func printFix(a *app, res checkup.FixResult) error {
+	if len(res.Actions) == 0 {
+		_, err := fmt.Fprintln(a.stdout, "Nothing to fix.")
+		return err
+	}
+	if res.DryRun {
+		fmt.Fprintln(a.stdout, "Dry run: nothing was changed. \"rotor fix\" would:")
+		fmt.Fprintln(a.stdout)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STATUS\tACTION\tTARGET\tDETAIL")
+	done, bad := 0, 0
+	for _, act := range res.Actions {
+		detail := act.Detail
+		switch act.Status {
+		case checkup.ActionDone:
+			done++
+		case checkup.ActionFailed:
+			bad++
+			if detail != "" {
+				detail += ": "
+			}
+			detail += act.Error
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", act.Status, act.Action, act.Target, orDash(detail))
+	}
+	tw.Flush()
+	switch {
+	case res.DryRun:
+		fmt.Fprintf(a.stdout, "\n%s planned. Run \"rotor fix\" to apply.\n", diagPlural(len(res.Actions), "repair", "repairs"))
+	default:
+		fmt.Fprintf(a.stdout, "\n%s made, %s.\n", diagPlural(done, "change", "changes"), diagPlural(bad, "failure", "failures"))
+	}
+	return nil
+}

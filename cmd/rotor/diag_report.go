@@ -1,0 +1,335 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// usageCounts is one set of usage totals in `report --json`.
+type usageCounts struct {
+	Requests     int64            `json:"requests"`
+	Errors       int64            `json:"errors"`
+	ErrorsByCode map[string]int64 `json:"errors_by_code"`
+	ByStatus     map[string]int64 `json:"by_status"`
+	Tokens       rotation.Tokens  `json:"tokens"`
+}
+
+func toUsageCounts(c *rotation.UsageCounts) usageCounts {
+	out := usageCounts{Requests: c.Requests, Errors: c.Errors, ErrorsByCode: map[string]int64{},
+		ByStatus: map[string]int64{}, Tokens: c.Tokens}
+	for k, v := range c.ErrorsByCode {
+		out.ErrorsByCode[k] = v
+	}
+	for k, v := range c.ByStatus {
+		out.ByStatus[strconv.Itoa(k)] = v
+	}
+	return out
+}
+
+// usageAccount is one account's usage; Index and Label are null for an
+// account no longer in the pool.
+type usageAccount struct {
+	Index     *int    `json:"index"`
+	AccountID string  `json:"account_id"`
+	Label     *string `json:"label"`
+	usageCounts
+}
+
+type usageModel struct {
+	Model string `json:"model"`
+	usageCounts
+}
+
+type usageWindow struct {
+	Since     string         `json:"since"`
+	Total     usageCounts    `json:"total"`
+	ByAccount []usageAccount `json:"by_account"`
+	ByModel   []usageModel   `json:"by_model"`
+}
+
+// usageBody is the `usage` field of `report --json`: one entry per window
+// ("1h", "24h", "7d").
+type usageBody struct {
+	Path string `json:"path"`
+	// Records is how many records were read; SkippedLines how many lines
+	// were not records (a write cut short).
+	Records      int64 `json:"records"`
+	SkippedLines int64 `json:"skipped_lines"`
+	// OldestRecord is the oldest record on disk: the log is rotated, so a
+	// window reaching further back is incomplete.
+	OldestRecord *string                `json:"oldest_record"`
+	Windows      map[string]usageWindow `json:"windows"`
+	Error        *string                `json:"error"`
+}
+
+// accountRef finds an account id's index and label in pool (nil: removed).
+func accountRef(pool *accounts.Pool, id string) (*int, *string) {
+	if pool == nil {
+		return nil, nil
+	}
+	i := pool.IndexOf(id)
+	if i == 0 {
+		return nil, nil
+	}
+	label := pool.At(i).Label
+	return &i, &label
+}
+
+func toUsageBody(dir string, rep rotation.UsageReport, err error, pool *accounts.Pool) usageBody {
+	b := usageBody{Path: filepath.Join(dir, rotation.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
+		OldestRecord: rfc3339(rep.Oldest), Windows: map[string]usageWindow{}}
+	if err != nil {
+		msg := err.Error()
+		b.Error = &msg
+	}
+	for _, w := range rep.Windows {
+		uw := usageWindow{Since: w.Since.UTC().Format(time.RFC3339), Total: toUsageCounts(&w.Total),
+			ByAccount: []usageAccount{}, ByModel: []usageModel{}}
+		for id, c := range w.ByAccount {
+			idx, label := accountRef(pool, id)
+			uw.ByAccount = append(uw.ByAccount, usageAccount{Index: idx, AccountID: id, Label: label, usageCounts: toUsageCounts(c)})
+		}
+		// Accounts in pool order, removed ones last (by id).
+		slices.SortFunc(uw.ByAccount, func(x, y usageAccount) int {
+			xi, yi := indexOr(x.Index), indexOr(y.Index)
+			return cmp.Or(cmp.Compare(xi, yi), strings.Compare(x.AccountID, y.AccountID))
+		})
+		for m, c := range w.ByModel {
+			uw.ByModel = append(uw.ByModel, usageModel{Model: m, usageCounts: toUsageCounts(c)})
+		}
+		// Busiest model first.
+		slices.SortFunc(uw.ByModel, func(x, y usageModel) int {
+			return cmp.Or(cmp.Compare(y.Requests, x.Requests), strings.Compare(x.Model, y.Model))
+		})
+		b.Windows[w.Window.Name] = uw
+	}
+	return b
+}
+
+func indexOr(i *int) int {
+	if i == nil {
+		return 1 << 30
+	}
+	return *i
+}
+
+func cmdReport(a *app, args []string) error {
+	fs := a.flags("report")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := noArgs(fs, args, "Usage: rotor report [--json]"); err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	health := a.checkup(st.Dir()).Store()
+	// An unreadable store leaves no forecast, but the rest of the report is
+	// still worth printing; the command then exits 1.
+	var fc *rotation.Forecast
+	var pool *accounts.Pool
+	if health.Readable {
+		if pool, err = st.Load(); err != nil {
+			return err
+		}
+		sel, err := a.runtime(st, pool)
+		if err != nil {
+			return err
+		}
+		f := sel.Forecast()
+		fc = &f
+	}
+	rep, uerr := rotation.SummarizeUsage(st.Dir(), now, rotation.ReportWindows)
+	usage := toUsageBody(st.Dir(), rep, uerr, pool)
+	if *asJSON {
+		var fb *forecastBody
+		if fc != nil {
+			b := toForecastBody(*fc)
+			fb = &b
+		}
+		err = a.printJSON(struct {
+			Command     string              `json:"command"`
+			GeneratedAt string              `json:"generated_at"`
+			Store       checkup.StoreHealth `json:"store"`
+			Forecast    *forecastBody       `json:"forecast"`
+			Usage       usageBody           `json:"usage"`
+		}{"report", now.UTC().Format(time.RFC3339), health, fb, usage})
+	} else {
+		err = printReport(a.stdout, now, health, fc, rep, uerr, pool)
+	}
+	if err != nil {
+		return err
+	}
+	if !health.Readable {
+		return diagExit1
+	}
+	return nil
+}
+
+func printReport(w io.Writer, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep rotation.UsageReport, uerr error, pool *accounts.Pool) error {
+	fmt.Fprintf(w, "rotor report, %s\n\n", now.Format("2006-01-02 15:04 MST"))
+	printStoreHealth(w, h)
+	if fc != nil {
+		fmt.Fprintln(w)
+		if err := printForecast(w, *fc); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w)
+	return printUsage(w, now, rep, uerr, pool)
+}
+
+func printStoreHealth(w io.Writer, h checkup.StoreHealth) {
+	if !h.Readable {
+		fmt.Fprintf(w, "Store:   UNREADABLE: %s\n", *h.Error)
+		if h.GoodBackups > 0 {
+			fmt.Fprintf(w, "         %s; \"rotor fix\" restores the newest.\n", diagPlural(h.GoodBackups, "readable backup", "readable backups"))
+		} else {
+			fmt.Fprintln(w, "         No readable backup: repair the file by hand, or move it away and add the accounts again.")
+		}
+		return
+	}
+	fmt.Fprintf(w, "Store:   %d accounts (%d enabled, %d disabled, %d flagged), %s of accounts.json\n",
+		h.Accounts, h.Enabled, h.Disabled, h.Flagged, diagPlural(h.GoodBackups, "good backup", "good backups"))
+	backend := "unavailable"
+	if h.SecretsBackend != nil {
+		backend = *h.SecretsBackend
+	}
+	fmt.Fprintf(w, "Secrets: %s backend", backend)
+	if h.OrphanedSecrets != nil && h.MissingSecrets != nil {
+		fmt.Fprintf(w, ", %s without a secret, %s", diagPlural(len(h.MissingSecrets), "account", "accounts"),
+			diagPlural(*h.OrphanedSecrets, "orphaned secret", "orphaned secrets"))
+	}
+	fmt.Fprintln(w)
+	var issues []string
+	if len(h.MissingSecrets) > 0 {
+		issues = append(issues, fmt.Sprintf("no secret for %s", indexList(h.MissingSecrets)))
+	}
+	if h.OrphanedSecrets != nil && *h.OrphanedSecrets > 0 {
+		issues = append(issues, "orphaned secrets (\"rotor fix\" removes them)")
+	}
+	for _, g := range h.Duplicates {
+		issues = append(issues, fmt.Sprintf("%s are the same login (\"rotor fix\" merges them)", indexList(g)))
+	}
+	if !h.PinValid {
+		issues = append(issues, "the pin names a removed account (\"rotor unpin\")")
+	}
+	if len(issues) > 0 {
+		fmt.Fprintf(w, "Issues:  %s; \"rotor doctor\" explains.\n", strings.Join(issues, "; "))
+	}
+}
+
+// indexList is "account 3" or "accounts 1, 2".
+func indexList(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	if len(s) == 1 {
+		return "account " + s[0]
+	}
+	return "accounts " + strings.Join(s, ", ")
+}
+
+// usageCols are the columns of every usage table, after its first.
+const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tOUTPUT\tREASONING"
+
+func usageRow(c *rotation.UsageCounts) string {
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", diagCount(c.Requests), diagCount(c.Errors), diagCount(c.Tokens.Input),
+		diagCount(c.Tokens.Cached), diagCount(c.Tokens.Output), diagCount(c.Tokens.Reasoning))
+}
+
+// printUsage writes the totals per window, then, for each window with
+// requests, the split by account and by model and the errors by code.
+func printUsage(w io.Writer, now time.Time, rep rotation.UsageReport, uerr error, pool *accounts.Pool) error {
+	if uerr != nil {
+		fmt.Fprintf(w, "Usage:   cannot read the usage log: %v\n", uerr)
+		return nil
+	}
+	if rep.Records == 0 {
+		fmt.Fprintln(w, "Usage:   no requests recorded yet.")
+		return nil
+	}
+	fmt.Fprintf(w, "Usage:   %s recorded, the oldest %s ago\n\n", diagPlural(int(rep.Records), "request", "requests"), roundDur(now.Sub(rep.Oldest)))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  LAST\t"+usageCols)
+	for i := range rep.Windows {
+		s := &rep.Windows[i]
+		fmt.Fprintf(tw, "  %s\t%s\n", s.Window.Name, usageRow(&s.Total))
+	}
+	tw.Flush()
+	shown := int64(-1)
+	for i := range rep.Windows {
+		s := &rep.Windows[i]
+		if s.Total.Requests == 0 {
+			continue
+		}
+		if s.Total.Requests == shown {
+			// Same records as the smaller window above: nothing new to split.
+			fmt.Fprintf(w, "\nLast %s: the same requests as above.\n", s.Window.Name)
+			continue
+		}
+		shown = s.Total.Requests
+		fmt.Fprintf(w, "\nLast %s:\n", s.Window.Name)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ACCOUNT\t"+usageCols)
+		ids := make([]string, 0, len(s.ByAccount))
+		for id := range s.ByAccount {
+			ids = append(ids, id)
+		}
+		slices.SortFunc(ids, func(x, y string) int {
+			xi, _ := accountRef(pool, x)
+			yi, _ := accountRef(pool, y)
+			return cmp.Or(cmp.Compare(indexOr(xi), indexOr(yi)), strings.Compare(x, y))
+		})
+		for _, id := range ids {
+			name := id + " (removed)"
+			if i, label := accountRef(pool, id); i != nil {
+				name = fmt.Sprintf("%d %s", *i, *label)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\n", name, usageRow(s.ByAccount[id]))
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  MODEL\t"+usageCols)
+		models := make([]string, 0, len(s.ByModel))
+		for m := range s.ByModel {
+			models = append(models, m)
+		}
+		slices.SortFunc(models, func(x, y string) int {
+			return cmp.Or(cmp.Compare(s.ByModel[y].Requests, s.ByModel[x].Requests), strings.Compare(x, y))
+		})
+		for _, m := range models {
+			fmt.Fprintf(tw, "  %s\t%s\n", orDash(m), usageRow(s.ByModel[m]))
+		}
+		tw.Flush()
+		if len(s.Total.ErrorsByCode) > 0 {
+			codes := make([]string, 0, len(s.Total.ErrorsByCode))
+			for c := range s.Total.ErrorsByCode {
+				codes = append(codes, c)
+			}
+			slices.SortFunc(codes, func(x, y string) int {
+				return cmp.Or(cmp.Compare(s.Total.ErrorsByCode[y], s.Total.ErrorsByCode[x]), strings.Compare(x, y))
+			})
+			parts := make([]string, len(codes))
+			for i, c := range codes {
+				parts[i] = fmt.Sprintf("%s %d", c, s.Total.ErrorsByCode[c])
+			}
+			fmt.Fprintf(w, "  errors: %s\n", strings.Join(parts, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,546 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// diagHome is a prepared ROTOR_HOME for the diagnostics commands, run
+// in-process through app (and once through the real binary).
+type diagHome struct {
+	t   *testing.T
+	dir string
+	env map[string]string
+	sec secrets.Store
+}
+
+func newDiagHome(t *testing.T) *diagHome {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "home")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.Open(dir, secrets.ModeFile, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &diagHome{t: t, dir: dir, sec: sec, env: map[string]string{
+		"ROTOR_HOME": dir, "ROTOR_SECRETS": "file", "HOME": t.TempDir(),
+		// Nothing may reach a real upstream or auth server.
+		"ROTOR_AUTH_BASE_URL": "http://127.0.0.1:1", "ROTOR_CHATGPT_BASE_URL": "http://127.0.0.1:1",
+		"ROTOR_OPENAI_BASE_URL": "http://127.0.0.1:1",
+	}}
+}
+
+type diagRun struct {
+	code           int
+	stdout, stderr string
+}
+
+// run runs one command line in-process.
+func (h *diagHome) run(args ...string) diagRun {
+	h.t.Helper()
+	var out, errb bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return h.env[k] }}
+	code := a.run(args)
+	return diagRun{code, out.String(), errb.String()}
+}
+
+// runJSON runs a --json command line, checks its exit code and decodes it.
+func (h *diagHome) runJSON(wantCode int, args ...string) map[string]any {
+	h.t.Helper()
+	r := h.run(args...)
+	if r.code != wantCode {
+		h.t.Fatalf("rotor %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, wantCode, r.stdout, r.stderr)
+	}
+	var v map[string]any
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		h.t.Fatalf("rotor %s: not one JSON object (%v):\n%s", strings.Join(args, " "), err, r.stdout)
+	}
+	if !strings.HasPrefix(r.stdout, "{\n  \"command\": ") {
+		h.t.Errorf("rotor %s: not pretty-printed with command first:\n%s", strings.Join(args, " "), r.stdout)
+	}
+	return v
+}
+
+// diagAcct is an account to prepare, with its secret (nil: none).
+type diagAcct struct {
+	kind         accounts.Kind
+	label, email string
+	cg           string
+	enabled      bool
+	flag         string
+	secret       *secrets.Secret
+}
+
+func diagKey(label, key string) diagAcct {
+	return diagAcct{kind: accounts.KindAPIKey, label: label, enabled: true, secret: &secrets.Secret{APIKey: key}}
+}
+
+func diagChatGPT(label, cg, access, refresh string, expires time.Duration) diagAcct {
+	return diagAcct{kind: accounts.KindChatGPT, label: label, email: label + "@example.com", cg: cg, enabled: true,
+		secret: &secrets.Secret{AccessToken: access, RefreshToken: refresh, ExpiresAt: time.Now().Add(expires).UTC()}}
+}
+
+// write stores the accounts through the real store; ids are acct_1, acct_2…
+func (h *diagHome) write(accts ...diagAcct) *accounts.Pool {
+	h.t.Helper()
+	st, err := accounts.Open(h.dir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p, err := st.Update(func(p *accounts.Pool) error {
+		for _, a := range accts {
+			acc := accounts.Account{ID: "acct_" + string(rune('0'+len(p.Accounts)+1)), Label: a.label, Kind: a.kind,
+				Email: a.email, ChatGPTAccountID: a.cg, Enabled: a.enabled, AddedAt: time.Now().UTC()}
+			acc.SetFlag(a.flag)
+			p.Accounts = append(p.Accounts, acc)
+		}
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i, a := range accts {
+		if a.secret != nil {
+			if err := h.sec.Set(p.Accounts[i].ID, *a.secret); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+	}
+	return p
+}
+
+func (h *diagHome) path(name string) string { return filepath.Join(h.dir, name) }
+
+func (h *diagHome) pool() *accounts.Pool {
+	h.t.Helper()
+	data, err := os.ReadFile(h.path(accounts.FileName))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p, err := accounts.Parse("accounts.json", data)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// files is every file of the home with its mode and bytes.
+func (h *diagHome) files() map[string]string {
+	h.t.Helper()
+	out := map[string]string{}
+	ents, err := os.ReadDir(h.dir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, e := range ents {
+		fi, _ := e.Info()
+		data, _ := os.ReadFile(h.path(e.Name()))
+		out[e.Name()] = fi.Mode().String() + "\n" + string(data)
+	}
+	return out
+}
+
+// diagField walks a decoded JSON value along a path of keys and indexes.
+func diagField(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("at %q: %T is not an object", k, v)
+			}
+			if _, ok := m[k]; !ok {
+				t.Fatalf("no field %q in %v", k, m)
+			}
+			v = m[k]
+		case int:
+			s, ok := v.([]any)
+			if !ok || k >= len(s) {
+				t.Fatalf("at [%d]: %v", k, v)
+			}
+			v = s[k]
+		}
+	}
+	return v
+}
+
+func TestDiagForecastCommand(t *testing.T) {
+	h := newDiagHome(t)
+	p := h.write(diagKey("work", "sk-1"), diagKey("limited", "sk-2"), diagAcct{kind: accounts.KindAPIKey, label: "off", enabled: false})
+	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt.RateLimited(p.Accounts[1].ID, time.Now().Add(10*time.Minute))
+	if err := rt.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+
+	v := h.runJSON(0, "forecast", "--json")
+	if diagField(t, v, "command") != "forecast" || diagField(t, v, "generated_at") == nil {
+		t.Errorf("envelope: %v", v)
+	}
+	sum := diagField(t, v, "summary").(map[string]any)
+	if !maps.Equal(sum, map[string]any{"total": 3.0, "ready": 1.0, "delayed": 1.0, "unavailable": 1.0}) {
+		t.Errorf("summary %v", sum)
+	}
+	if diagField(t, v, "recommendation", "index") != 1.0 || diagField(t, v, "recommendation", "reason") != rotation.WhyBestScore {
+		t.Errorf("recommendation %v", diagField(t, v, "recommendation"))
+	}
+	acc := diagField(t, v, "accounts", 1).(map[string]any)
+	for _, k := range []string{"index", "id", "label", "kind", "verdict", "state", "reason", "detail", "wait_seconds",
+		"ready_at", "risk", "risk_factors", "health", "recent_failures", "pinned", "quota"} {
+		if _, ok := acc[k]; !ok {
+			t.Errorf("account has no %q", k)
+		}
+	}
+	if acc["verdict"] != "delayed" || acc["reason"] != "rate-limited" || acc["risk"].(float64) < 50 {
+		t.Errorf("limited account: %v", acc)
+	}
+	if w, _ := acc["wait_seconds"].(float64); w < 590 || w > 600 {
+		t.Errorf("wait_seconds %v, want about 600", acc["wait_seconds"])
+	}
+	if diagField(t, v, "accounts", 2, "verdict") != "unavailable" || diagField(t, v, "accounts", 0, "wait_seconds") != nil {
+		t.Errorf("accounts: %v", diagField(t, v, "accounts"))
+	}
+
+	r := h.run("forecast")
+	if r.code != 0 {
+		t.Fatalf("forecast: %+v", r)
+	}
+	// A table, verdict first, with the wait and the reason.
+	for _, re := range []string{`(?m)^\s+#\s+FORECAST\s+WAIT\s+RISK\s+LABEL`, `(?m)^\s+2\s+delayed\s+\d+m\d*s?\s+\d+\s+limited\s.*usage limit`,
+		`(?m)^\s+3\s+unavailable\s+-\s+100\s+off\s.*rotor enable 3`, `(?m)^Next:\s+account 1 \(work\)`} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("output does not match %s:\n%s", re, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "{") {
+		t.Errorf("human output looks like JSON:\n%s", r.stdout)
+	}
+	if r := h.run("forecast", "extra"); r.code != 1 || !strings.Contains(r.stderr, "Unexpected argument") {
+		t.Errorf("extra argument: %+v", r)
+	}
+}
+
+func TestDiagDoctorCommand(t *testing.T) {
+	h := newDiagHome(t)
+	h.write(diagKey("work", "sk-1"))
+	v := h.runJSON(0, "doctor", "--json")
+	if diagField(t, v, "summary", "error") != 0.0 || diagField(t, v, "summary", "ok").(float64) < 5 {
+		t.Errorf("healthy summary: %v", diagField(t, v, "summary"))
+	}
+	for _, c := range diagField(t, v, "checks").([]any) {
+		m := c.(map[string]any)
+		if len(m) != 3 || m["name"] == "" || m["detail"] == "" || m["status"] != "ok" {
+			t.Errorf("check %v", m)
+		}
+	}
+
+	// A missing secret and a world-readable secrets file are errors.
+	h.write(diagAcct{kind: accounts.KindAPIKey, label: "lost", enabled: true})
+	os.Chmod(h.path("secrets.json"), 0o644)
+	v = h.runJSON(1, "doctor", "--json")
+	if diagField(t, v, "summary", "error") != 2.0 {
+		t.Errorf("summary %v", diagField(t, v, "summary"))
+	}
+	found := false
+	for _, c := range diagField(t, v, "checks").([]any) {
+		m := c.(map[string]any)
+		if m["name"] == "account:2" {
+			found = m["status"] == "error" && strings.Contains(m["detail"].(string), "rotor remove 2")
+		}
+	}
+	if !found {
+		t.Errorf("no actionable error for the missing secret: %v", diagField(t, v, "checks"))
+	}
+	r := h.run("doctor")
+	if r.code != 1 || !regexp.MustCompile(`(?m)^\s+error\s+account:2\s+account 2 \(lost\) has no secret`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "2 errors.") || r.stderr != "" {
+		t.Errorf("doctor table: %+v", r)
+	}
+}
+
+// TestDiagDoctorBinaryExitCode runs the real binary: exit status and
+// streams as a shell sees them.
+func TestDiagDoctorBinaryExitCode(t *testing.T) {
+	h := newDiagHome(t)
+	h.write(diagKey("work", "sk-1"))
+	bin := func(args ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, rotorBin, args...)
+		for k, v := range h.env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), out.String()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, out.String()
+	}
+	if code, out := bin("doctor"); code != 0 {
+		t.Errorf("healthy doctor exit %d:\n%s", code, out)
+	}
+	h.write(diagAcct{kind: accounts.KindAPIKey, label: "lost", enabled: true})
+	if code, out := bin("doctor", "--json"); code != 1 || !strings.Contains(out, `"status": "error"`) {
+		t.Errorf("doctor with a missing secret: exit %d\n%s", code, out)
+	}
+	if code, _ := bin("fix", "--dry-run"); code != 0 {
+		t.Errorf("fix --dry-run exit %d", code)
+	}
+}
+
+func TestDiagFixCommand(t *testing.T) {
+	h := newDiagHome(t)
+	h.write(diagKey("one", "sk-1"), diagKey("two", "sk-2"))
+	st, _ := accounts.Open(h.dir)
+	st.Update(func(p *accounts.Pool) error { p.Accounts[0].Label = "uno"; return nil }) // .bak has two accounts
+	const damaged = `{"version":1,"accounts":[{"id":`
+	if err := os.WriteFile(h.path(accounts.FileName), []byte(damaged), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.sec.Set("acct_9", secrets.Secret{APIKey: "sk-orphan"})
+
+	before := h.files()
+	v := h.runJSON(0, "fix", "--dry-run", "--json")
+	if diagField(t, v, "dry_run") != true || diagField(t, v, "changed") != false {
+		t.Errorf("dry run envelope: %v", v)
+	}
+	acts := diagField(t, v, "actions").([]any)
+	if len(acts) != 2 || diagField(t, acts, 0, "action") != "restore-store" || diagField(t, acts, 1, "action") != "remove-orphaned-secret" ||
+		diagField(t, acts, 0, "status") != "planned" {
+		t.Errorf("planned actions: %v", acts)
+	}
+	if after := h.files(); !maps.Equal(before, after) {
+		t.Error("fix --dry-run changed files")
+	}
+	if r := h.run("fix", "--dry-run"); r.code != 0 || !strings.Contains(r.stdout, "Dry run: nothing was changed") ||
+		!regexp.MustCompile(`(?m)^\s+planned\s+restore-store\s+accounts.json\s+restore accounts.json.bak`).MatchString(r.stdout) {
+		t.Errorf("dry run table: %+v", r)
+	}
+
+	v = h.runJSON(0, "fix", "--json")
+	if diagField(t, v, "dry_run") != false || diagField(t, v, "changed") != true || diagField(t, v, "actions", 0, "status") != "done" {
+		t.Errorf("fix: %v", v)
+	}
+	if p := h.pool(); len(p.Accounts) != 2 || p.Accounts[0].Label != "one" {
+		t.Errorf("restored pool %+v", p.Accounts)
+	}
+	kept, _ := filepath.Glob(h.path("accounts.json.corrupt-*"))
+	if len(kept) != 1 {
+		t.Fatalf("damaged store not kept: %v", kept)
+	}
+	if data, _ := os.ReadFile(kept[0]); string(data) != damaged {
+		t.Error("kept file differs from the damaged store")
+	}
+	if _, err := h.sec.Get("acct_9"); err == nil {
+		t.Error("orphaned secret survived")
+	}
+	if r := h.run("fix"); r.code != 0 || strings.TrimSpace(r.stdout) != "Nothing to fix." {
+		t.Errorf("second fix: %+v", r)
+	}
+
+	// Nothing to restore from: exit 1, file untouched.
+	h2 := newDiagHome(t)
+	os.WriteFile(h2.path(accounts.FileName), []byte("{"), 0o600)
+	if r := h2.run("fix"); r.code != 1 || !strings.Contains(r.stdout, "failed") {
+		t.Errorf("fix without backup: %+v", r)
+	}
+	if data, _ := os.ReadFile(h2.path(accounts.FileName)); string(data) != "{" {
+		t.Error("the damaged store was overwritten")
+	}
+}
+
+// diagAuth is a fake token endpoint: "rt-good…" refresh tokens get new
+// tokens (access token "at-<refresh>"), others invalid_grant.
+func diagAuth(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		rt := r.PostFormValue("refresh_token")
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != "/oauth/token" || !strings.HasPrefix(rt, "rt-good") {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"error":"invalid_grant"}`)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"access_token": "at-" + rt, "refresh_token": rt + "-next", "expires_in": 3600})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+func TestDiagVerifyFlaggedCommand(t *testing.T) {
+	h := newDiagHome(t)
+	auth, calls := diagAuth(t)
+	up := fakeupstream.New("../../testdata")
+	if err := up.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	h.env["ROTOR_AUTH_BASE_URL"] = auth.URL
+	h.env["ROTOR_CHATGPT_BASE_URL"] = up.ChatGPTBase()
+	good := diagChatGPT("good", "cg-g", "at-old", "rt-good-1", time.Hour)
+	good.flag, good.enabled = accounts.FlagTokenInvalid, false
+	dead := diagChatGPT("dead", "cg-d", "at-old2", "rt-dead-1", time.Hour)
+	dead.flag = accounts.FlagTokenInvalid
+	h.write(good, dead, diagKey("fine", "sk-1"))
+
+	before := h.files()
+	v := h.runJSON(0, "verify-flagged", "--dry-run", "--json")
+	if diagField(t, v, "total") != 2.0 || diagField(t, v, "dry_run") != true || diagField(t, v, "restored") != 0.0 ||
+		diagField(t, v, "reports", 0, "result") != "would-verify" {
+		t.Errorf("dry run: %v", v)
+	}
+	if calls.Load() != 0 || len(up.Requests()) != 0 || !maps.Equal(before, h.files()) {
+		t.Errorf("dry run refreshed (%d), probed (%d) or changed files", calls.Load(), len(up.Requests()))
+	}
+
+	v = h.runJSON(1, "verify-flagged", "--json") // one account stays flagged
+	if diagField(t, v, "total") != 2.0 || diagField(t, v, "restored") != 1.0 || diagField(t, v, "still_flagged") != 1.0 || diagField(t, v, "dry_run") != false {
+		t.Errorf("verify: %v", v)
+	}
+	r0 := diagField(t, v, "reports", 0).(map[string]any)
+	for _, k := range []string{"index", "id", "label", "kind", "flagged_reason", "refresh", "probe_status", "result", "detail"} {
+		if _, ok := r0[k]; !ok {
+			t.Errorf("report has no %q", k)
+		}
+	}
+	if r0["result"] != "restored" || r0["probe_status"] != 200.0 || r0["refresh"] != "ok" {
+		t.Errorf("good account: %v", r0)
+	}
+	if diagField(t, v, "reports", 1, "result") != "still-flagged" || diagField(t, v, "reports", 1, "probe_status") != nil {
+		t.Errorf("dead account: %v", diagField(t, v, "reports", 1))
+	}
+	p := h.pool()
+	if _, f := p.Accounts[0].Flagged(); f || !p.Accounts[0].Enabled {
+		t.Errorf("good account not restored: %+v", p.Accounts[0])
+	}
+	if _, f := p.Accounts[1].Flagged(); !f {
+		t.Error("dead account lost its flag")
+	}
+	if s, _ := h.sec.Get("acct_1"); s.RefreshToken != "rt-good-1-next" {
+		t.Error("refreshed tokens not stored")
+	}
+	r := h.run("verify-flagged")
+	if r.code != 1 || !regexp.MustCompile(`(?m)^\s+still-flagged\s+2\s+dead\s+token-invalid\s+.*rotor login`).MatchString(r.stdout) {
+		t.Errorf("table: %+v", r)
+	}
+}
+
+func TestDiagReportCommand(t *testing.T) {
+	h := newDiagHome(t)
+	p := h.write(diagKey("work", "sk-1"), diagKey("alt", "sk-2"))
+	log, err := rotation.OpenUsageLog(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	tok := &rotation.Tokens{Input: 1200, Cached: 1000, Output: 300, Reasoning: 100, Total: 1500}
+	for _, u := range []rotation.Usage{
+		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok},
+		{Time: now.Add(-20 * time.Minute), AccountID: p.Accounts[1].ID, Model: "gpt-5-mini", Status: 200, Code: "stream_interrupted"},
+		{Time: now.Add(-5 * time.Hour), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok},
+		{Time: now.Add(-2 * 24 * time.Hour), AccountID: "acct_removed", Model: "gpt-5", Status: 502},
+	} {
+		log.Append(u)
+	}
+	log.Close()
+
+	v := h.runJSON(0, "report", "--json")
+	for _, k := range []string{"command", "generated_at", "store", "forecast", "usage"} {
+		diagField(t, v, k)
+	}
+	if diagField(t, v, "store", "readable") != true || diagField(t, v, "store", "accounts") != 2.0 ||
+		diagField(t, v, "forecast", "summary", "total") != 2.0 || diagField(t, v, "forecast", "recommendation", "index") == nil {
+		t.Errorf("store/forecast: %v / %v", diagField(t, v, "store"), diagField(t, v, "forecast"))
+	}
+	hour := diagField(t, v, "usage", "windows", "1h").(map[string]any)
+	if diagField(t, hour, "total", "requests") != 2.0 || diagField(t, hour, "total", "errors_by_code", "stream_interrupted") != 1.0 {
+		t.Errorf("1h: %v", hour)
+	}
+	if !maps.Equal(diagField(t, hour, "by_account", 0, "tokens").(map[string]any),
+		map[string]any{"input": 1200.0, "cached": 1000.0, "output": 300.0, "reasoning": 100.0, "total": 1500.0}) {
+		t.Errorf("1h account 1 tokens: %v", diagField(t, hour, "by_account", 0))
+	}
+	if diagField(t, hour, "by_account", 0, "index") != 1.0 || diagField(t, hour, "by_account", 0, "label") != "work" {
+		t.Errorf("1h by_account: %v", diagField(t, hour, "by_account"))
+	}
+	if diagField(t, v, "usage", "windows", "24h", "by_model", 0, "model") != "gpt-5" ||
+		diagField(t, v, "usage", "windows", "24h", "by_model", 0, "requests") != 2.0 {
+		t.Errorf("24h by_model: %v", diagField(t, v, "usage", "windows", "24h", "by_model"))
+	}
+	week := diagField(t, v, "usage", "windows", "7d").(map[string]any)
+	last := diagField(t, week, "by_account", 2).(map[string]any)
+	if last["account_id"] != "acct_removed" || last["index"] != nil || diagField(t, week, "total", "errors_by_code", "http_502") != 1.0 {
+		t.Errorf("7d: %v", week)
+	}
+
+	r := h.run("report")
+	if r.code != 0 {
+		t.Fatalf("report: %+v", r)
+	}
+	for _, want := range []string{"Store:", "FORECAST", "Last 1h:", "Last 7d:", "acct_removed (removed)", "stream_interrupted 1", "2400"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// An unreadable store: still a report, without a forecast, and exit 1.
+	os.WriteFile(h.path(accounts.FileName), []byte("{"), 0o600)
+	v = h.runJSON(1, "report", "--json")
+	if diagField(t, v, "store", "readable") != false || diagField(t, v, "forecast") != nil || diagField(t, v, "store", "error") == nil {
+		t.Errorf("unreadable store report: %v", v)
+	}
+}
+
+func TestDiagFixMergesDuplicates(t *testing.T) {
+	h := newDiagHome(t)
+	a := diagChatGPT("me", "cg-1", "at-1", "rt-1", time.Hour)
+	b := diagChatGPT("me", "cg-1", "at-2", "rt-2", 2*time.Hour) // same login, imported twice
+	b.email = "ME@example.com"
+	h.write(a, diagKey("work", "sk-1"), b)
+	v := h.runJSON(0, "doctor", "--json")
+	for _, c := range diagField(t, v, "checks").([]any) {
+		if m := c.(map[string]any); m["name"] == "duplicates" && (m["status"] != "warn" || !strings.Contains(m["detail"].(string), "accounts 1 and 3")) {
+			t.Errorf("duplicates check: %v", m)
+		}
+	}
+	v = h.runJSON(0, "fix", "--json")
+	if diagField(t, v, "actions", 0, "action") != "merge-duplicate" || diagField(t, v, "changed") != true {
+		t.Errorf("fix: %v", v)
+	}
+	if p := h.pool(); len(p.Accounts) != 2 || p.Accounts[0].ID != "acct_1" {
+		t.Errorf("pool after merge: %+v", p.Accounts)
+	}
+	if s, _ := h.sec.Get("acct_1"); s.RefreshToken != "rt-2" {
+		t.Errorf("kept account did not get the newer login's tokens")
+	}
+}

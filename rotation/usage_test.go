@@ -1,0 +1,251 @@
+package rotation
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func usageRec(at time.Time, acct, model string, status int, code string, tok *Tokens) Usage {
+	return Usage{Time: at, RequestID: fmt.Sprintf("req-%d", at.UnixNano()), AccountID: acct, Model: model,
+		Status: status, Code: code, Tokens: tok, DurMS: 10}
+}
+
+func TestUsageSummaryWindows(t *testing.T) {
+	dir := t.TempDir()
+	log, err := OpenUsageLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	tok := &Tokens{Input: 100, Cached: 40, Output: 10, Reasoning: 5, Total: 110}
+	for _, r := range []Usage{
+		usageRec(now.Add(-30*time.Minute), "a1", "gpt-5", 200, "", tok),
+		usageRec(now.Add(-40*time.Minute), "a2", "gpt-5-mini", 200, "stream_interrupted", nil),
+		usageRec(now.Add(-2*time.Hour), "a1", "gpt-5", 500, "", nil),
+		usageRec(now.Add(-3*24*time.Hour), "a2", "gpt-5", 200, "", tok),
+		usageRec(now.Add(-8*24*time.Hour), "a1", "gpt-5", 200, "", tok), // outside every window
+	} {
+		log.Append(r)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	log.Append(usageRec(now, "a1", "gpt-5", 200, "", nil)) // after Close: dropped, no panic
+
+	rep, err := SummarizeUsage(dir, now, ReportWindows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Records != 5 || rep.Skipped != 0 || !rep.Oldest.Equal(now.Add(-8*24*time.Hour)) {
+		t.Errorf("records %d skipped %d oldest %v", rep.Records, rep.Skipped, rep.Oldest)
+	}
+	wantReq := map[string]int64{"1h": 2, "24h": 3, "7d": 4}
+	for _, w := range rep.Windows {
+		if w.Total.Requests != wantReq[w.Window.Name] {
+			t.Errorf("%s: %d requests, want %d", w.Window.Name, w.Total.Requests, wantReq[w.Window.Name])
+		}
+	}
+	day := rep.Windows[1]
+	if day.Total.Errors != 2 || day.Total.ErrorsByCode["stream_interrupted"] != 1 || day.Total.ErrorsByCode["http_500"] != 1 {
+		t.Errorf("24h errors: %d %v", day.Total.Errors, day.Total.ErrorsByCode)
+	}
+	if day.Total.ByStatus[200] != 2 || day.Total.ByStatus[500] != 1 {
+		t.Errorf("24h statuses: %v", day.Total.ByStatus)
+	}
+	if a1 := day.ByAccount["a1"]; a1 == nil || a1.Requests != 2 || a1.Tokens != *tok {
+		t.Errorf("24h a1: %+v", a1)
+	}
+	if m := day.ByModel["gpt-5-mini"]; m == nil || m.Requests != 1 || m.Errors != 1 {
+		t.Errorf("24h gpt-5-mini: %+v", m)
+	}
+	week := rep.Windows[2]
+	if week.ByAccount["a2"].Tokens.Input != 100 || week.Total.Tokens.Cached != 80 || week.Total.Tokens.Reasoning != 10 {
+		t.Errorf("7d tokens: %+v / %+v", week.ByAccount["a2"].Tokens, week.Total.Tokens)
+	}
+}
+
+func TestUsageSkipsDamagedLines(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now().UTC()
+	good, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
+	content := string(good) + "\n" + "not json\n" + "\n" + `{"account_id":"no time"}` + "\n" + string(good[:20]) // cut short by kill -9
+	if err := os.WriteFile(filepath.Join(dir, UsageFile), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Records != 1 || rep.Skipped != 3 {
+		t.Errorf("records %d skipped %d, want 1 and 3", rep.Records, rep.Skipped)
+	}
+	// A missing log is empty, not an error.
+	if rep, err := SummarizeUsage(t.TempDir(), now, ReportWindows); err != nil || rep.Records != 0 {
+		t.Errorf("missing log: %+v %v", rep, err)
+	}
+}
+
+// usageLines reads every line of a file and checks each is a record.
+func usageLines(t *testing.T, path string) []Usage {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Usage
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var u Usage
+		if err := json.Unmarshal(sc.Bytes(), &u); err != nil {
+			t.Fatalf("%s: torn or interleaved line %q", filepath.Base(path), sc.Text())
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
+	dir := t.TempDir()
+	const max = 4096
+	log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	now := time.Now().UTC()
+	const n = 300 // ~60 KiB of records: many rotations
+	for i := range n {
+		log.Append(usageRec(now.Add(time.Duration(i)*time.Millisecond), "a1", "m", 200, "", nil))
+	}
+	cur, old := filepath.Join(dir, UsageFile), filepath.Join(dir, UsageOldFile)
+	for _, p := range []string{cur, old} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if fi.Size() >= max+512 {
+			t.Errorf("%s is %d bytes, want about %d at most", filepath.Base(p), fi.Size(), max)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v", filepath.Base(p), fi.Mode().Perm())
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, UsageFile+".*")); len(m) != 1 {
+		t.Errorf("rotated files: %v, want exactly one", m)
+	}
+	// The newest records survive, in order, across the two files.
+	all := append(usageLines(t, old), usageLines(t, cur)...)
+	if len(all) == 0 || !all[len(all)-1].Time.Equal(now.Add((n-1)*time.Millisecond)) {
+		t.Fatalf("last record lost: %d records", len(all))
+	}
+	for i := 1; i < len(all); i++ {
+		if !all[i].Time.After(all[i-1].Time) {
+			t.Fatalf("records out of order at %d", i)
+		}
+	}
+}
+
+// TestUsageFollowsRotationByAnotherWriter plays two rotor processes: B
+// keeps an O_APPEND descriptor on the file A rotates away, and must move to
+// the new file on its next look at the path.
+func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
+	dir := t.TempDir()
+	a, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 1024, CheckEvery: 1 << 20, CheckInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 1 << 20, CheckEvery: 1, CheckInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	now := time.Now().UTC()
+	b.Append(usageRec(now, "b", "m", 200, "", nil))
+	for i := 0; i < 20 && fileMissing(filepath.Join(dir, UsageOldFile)); i++ {
+		a.Append(usageRec(now, "a", "m", 200, "", nil))
+	}
+	if fileMissing(filepath.Join(dir, UsageOldFile)) {
+		t.Fatal("A never rotated")
+	}
+	// B looks at the path before its next append (CheckEvery 1).
+	b.Append(usageRec(now, "b-after", "m", 200, "", nil))
+	found := false
+	for _, u := range usageLines(t, filepath.Join(dir, UsageFile)) {
+		found = found || u.AccountID == "b-after"
+	}
+	if !found {
+		t.Error("B kept writing to the rotated-out file")
+	}
+
+	// The file removed by hand: the next look recreates it.
+	os.Remove(filepath.Join(dir, UsageFile))
+	b.Append(usageRec(now, "b1", "m", 200, "", nil))
+	b.Append(usageRec(now, "b2", "m", 200, "", nil))
+	if fileMissing(filepath.Join(dir, UsageFile)) {
+		t.Error("the log was not recreated after its file was removed")
+	}
+}
+
+func fileMissing(p string) bool {
+	_, err := os.Stat(p)
+	return err != nil
+}
+
+// TestUsageConcurrentWritersRotate runs several logs (processes) with
+// several goroutines each, rotating often: no line may be torn and every
+// file stays bounded.
+func TestUsageConcurrentWritersRotate(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	now := time.Now().UTC()
+	for w := range 3 {
+		log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 8 << 10, CheckEvery: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 150 {
+					log.Append(usageRec(now, fmt.Sprintf("w%d-g%d", w, g), "m", 200, "", &Tokens{Input: int64(i)}))
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	usageLines(t, filepath.Join(dir, UsageFile))
+	usageLines(t, filepath.Join(dir, UsageOldFile))
+	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
+	if err != nil || rep.Skipped != 0 || rep.Records == 0 {
+		t.Errorf("records %d skipped %d err %v", rep.Records, rep.Skipped, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, UsageFile+"*")); len(m) != 2 {
+		t.Errorf("files %v, want usage.jsonl and usage.jsonl.1", m)
+	}
+}
+
+func BenchmarkUsageAppend(b *testing.B) {
+	log, err := OpenUsageLog(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	rec := usageRec(time.Now(), "a1", "gpt-5", 200, "", &Tokens{Input: 1000, Output: 100})
+	b.ReportAllocs()
+	for b.Loop() {
+		log.Append(rec)
+	}
+}
