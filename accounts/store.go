@@ -128,6 +128,9 @@ type Store struct {
 // FileName is the store's file name inside the home directory.
 const FileName = "accounts.json"
 
+// LockFile is the store's cross-process lock in the home directory.
+const LockFile = ".lock"
+
 // Backups is how many rotating backups of accounts.json are kept.
 const Backups = 3
 
@@ -139,7 +142,7 @@ func Open(dir string) (*Store, error) {
 	return &Store{
 		dir:         dir,
 		path:        filepath.Join(dir, FileName),
-		lock:        filepath.Join(dir, ".lock"),
+		lock:        filepath.Join(dir, LockFile),
 		LockTimeout: 15 * time.Second,
 	}, nil
 }

@@ -31,6 +31,10 @@ const (
 	DefaultStallTimeout   = 45 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
 	DrainTimeout          = 30 * time.Second
+	// DefaultChatGPTBase and DefaultOpenAIBase are the upstream bases when
+	// ROTOR_CHATGPT_BASE_URL / ROTOR_OPENAI_BASE_URL are not set (SPEC §2).
+	DefaultChatGPTBase = "https://chatgpt.com/backend-api"
+	DefaultOpenAIBase  = "https://api.openai.com/v1"
 )
 
 // Config holds the proxy's settings. Zero values take the defaults.
@@ -62,10 +66,10 @@ func (c *Config) defaults() {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.ChatGPTBase == "" {
-		c.ChatGPTBase = "https://chatgpt.com/backend-api"
+		c.ChatGPTBase = DefaultChatGPTBase
 	}
 	if c.OpenAIBase == "" {
-		c.OpenAIBase = "https://api.openai.com/v1"
+		c.OpenAIBase = DefaultOpenAIBase
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 type adapter struct {
 	paths [3]string // by op
 	// prepare adds the kind's own headers.
-	prepare func(h *fasthttp.RequestHeader, a *accounts.Account, sec *secrets.Secret)
+	prepare func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret)
 	base    func(cfg *Config, a *accounts.Account) string
 }
 
@@ -29,7 +29,7 @@ var adapters = map[accounts.Kind]adapter{
 	accounts.KindChatGPT: {
 		paths: [3]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact", opModels: "/codex/models"},
 		base:  func(cfg *Config, a *accounts.Account) string { return orText(a.BaseURL, cfg.ChatGPTBase) },
-		prepare: func(h *fasthttp.RequestHeader, a *accounts.Account, sec *secrets.Secret) {
+		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.AccessToken)
 			if a.ChatGPTAccountID != "" {
 				h.Set("chatgpt-account-id", a.ChatGPTAccountID)
@@ -41,10 +41,31 @@ var adapters = map[accounts.Kind]adapter{
 	accounts.KindAPIKey: {
 		paths: [3]string{opResponses: "/responses", opCompact: "/responses/compact", opModels: "/models"},
 		base:  func(cfg *Config, a *accounts.Account) string { return orText(a.BaseURL, cfg.OpenAIBase) },
-		prepare: func(h *fasthttp.RequestHeader, a *accounts.Account, sec *secrets.Secret) {
+		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.APIKey)
 		},
 	},
+}
+
+// HeaderSetter is the part of a request header an adapter writes; both
+// fasthttp's and net/http's request headers have it.
+type HeaderSetter interface{ Set(key, value string) }
+
+// SetAccountHeaders writes the headers the upstream of a's kind needs: its
+// credentials and, for ChatGPT accounts, the Codex backend's own headers.
+// Other rotor code that calls an upstream (verify-flagged) uses it too, so
+// the set lives in one place.
+func SetAccountHeaders(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
+	adapters[a.Kind].prepare(h, a, sec)
+}
+
+// ModelsURL is the models list of a's upstream, its cheapest authenticated
+// request; chatgptBase and openaiBase default as in Config.
+func ModelsURL(chatgptBase, openaiBase string, a *accounts.Account) string {
+	cfg := Config{ChatGPTBase: chatgptBase, OpenAIBase: openaiBase}
+	cfg.defaults()
+	ad := adapters[a.Kind]
+	return strings.TrimRight(ad.base(&cfg, a), "/") + ad.paths[opModels]
 }
 
 // dropRequestHeaders never reach an upstream: hop-by-hop headers, the

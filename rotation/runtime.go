@@ -26,8 +26,12 @@ const (
 	CircuitOpen          = 30 * time.Second
 )
 
-// StateFile is the shared runtime state's file name in ROTOR_HOME.
-const StateFile = "state.json"
+// StateFile is the shared runtime state's file name in ROTOR_HOME, and
+// StateLockFile the lock its writers take.
+const (
+	StateFile     = "state.json"
+	StateLockFile = ".state.lock"
+)
 
 type stateFile struct {
 	Version  int                      `json:"version"`
@@ -98,7 +102,7 @@ func NewRuntime(dir string, clock Clock) *Runtime {
 	return &Runtime{
 		clock: clock,
 		path:  filepath.Join(dir, StateFile),
-		lock:  filepath.Join(dir, ".state.lock"),
+		lock:  filepath.Join(dir, StateLockFile),
 		m:     make(map[string]*entry),
 	}
 }

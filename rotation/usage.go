@@ -30,9 +30,9 @@ const (
 	DefaultUsageCheckInterval = time.Second
 )
 
-// usageLock serializes rotations of usage.jsonl across rotor processes;
+// UsageLockFile serializes rotations of usage.jsonl across rotor processes;
 // appends never take it.
-const usageLock = ".usage.lock"
+const UsageLockFile = ".usage.lock"
 
 // Tokens are the token counts of one response.
 type Tokens struct {
@@ -137,7 +137,7 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 	u := &UsageLog{
 		path: filepath.Join(dir, UsageFile),
 		old:  filepath.Join(dir, UsageOldFile),
-		lock: filepath.Join(dir, usageLock),
+		lock: filepath.Join(dir, UsageLockFile),
 		opt:  opt,
 	}
 	if err := u.reopen(); err != nil {

@@ -25,13 +25,8 @@ import (
 	"github.com/rotorproxy/rotor/accounts/homefs"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/rotation"
-)
-
-// Default upstream bases (SPEC §2), used when Deps leaves them empty.
-const (
-	DefaultChatGPTBase = "https://chatgpt.com/backend-api"
-	DefaultOpenAIBase  = "https://api.openai.com/v1"
 )
 
 // Default time limits.
@@ -98,10 +93,10 @@ func New(d Deps) *Checkup {
 		d.HTTP = &http.Client{}
 	}
 	if d.ChatGPTBase == "" {
-		d.ChatGPTBase = DefaultChatGPTBase
+		d.ChatGPTBase = proxy.DefaultChatGPTBase
 	}
 	if d.OpenAIBase == "" {
-		d.OpenAIBase = DefaultOpenAIBase
+		d.OpenAIBase = proxy.DefaultOpenAIBase
 	}
 	d.ChatGPTBase = strings.TrimRight(d.ChatGPTBase, "/")
 	d.OpenAIBase = strings.TrimRight(d.OpenAIBase, "/")

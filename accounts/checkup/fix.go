@@ -14,6 +14,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
@@ -202,7 +203,7 @@ func fixStore(f *fixRun) {
 		f.pool = b.pool
 		return
 	}
-	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, ".lock"), false, 15*time.Second)
+	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, accounts.LockFile), false, 15*time.Second)
 	if err != nil {
 		f.fail(a, err)
 		return
@@ -535,7 +536,7 @@ func fixState(f *fixRun) {
 		}
 		return
 	}
-	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, ".state.lock"), false, 5*time.Second)
+	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, rotation.StateLockFile), false, 5*time.Second)
 	if err != nil {
 		f.fail(Action{Action: ActionClearState, Target: rotation.StateFile}, err)
 		return
@@ -620,7 +621,7 @@ func (f *fixRun) pruneState(path string) (map[string]json.RawMessage, []Action, 
 // stale in a harmful way (flock dies with its process) and removing one
 // while another process opens it could let two processes hold "the" lock
 // on different files, so Fix leaves them alone.
-var coreLocks = map[string]bool{".lock": true, ".state.lock": true, ".secrets.lock": true, ".usage.lock": true}
+var coreLocks = map[string]bool{accounts.LockFile: true, rotation.StateLockFile: true, secrets.LockFile: true, rotation.UsageLockFile: true}
 
 // fixLocks removes the per-account refresh locks of accounts no longer in
 // the pool, when nobody holds them (a non-blocking flock succeeds).
@@ -628,7 +629,7 @@ func fixLocks(f *fixRun) {
 	if f.pool == nil {
 		return
 	}
-	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, ".refresh-*.lock"))
+	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, oauth.RefreshLockFile("*")))
 	for _, m := range matches {
 		name := filepath.Base(m)
 		if coreLocks[name] {

@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy"
 )
 
 // Verification results.
@@ -67,10 +68,7 @@ func (r VerifyResult) Count() (total, restored, still int) {
 // probeURL is the cheapest authenticated request of an account's upstream:
 // the models list of its adapter (SPEC §4).
 func (c *Checkup) probeURL(a *accounts.Account) string {
-	if a.Kind == accounts.KindChatGPT {
-		return strings.TrimRight(orText(a.BaseURL, c.d.ChatGPTBase), "/") + "/codex/models"
-	}
-	return strings.TrimRight(orText(a.BaseURL, c.d.OpenAIBase), "/") + "/models"
+	return proxy.ModelsURL(c.d.ChatGPTBase, c.d.OpenAIBase, a)
 }
 
 func orText(s, def string) string {
@@ -129,12 +127,18 @@ func (c *Checkup) VerifyFlagged(ctx context.Context, dryRun bool) (VerifyResult,
 			} else {
 				rep.Result = VerifyRestored
 				rep.Detail += "; flag cleared and account enabled"
+				if c.d.Runtime != nil {
+					// The cooldown that came with the flag (a 5-minute
+					// token-invalidated one) ends too.
+					c.d.Runtime.Clear(a.ID)
+					refreshed = true // sync below
+				}
 			}
 		}
 		res.Reports = append(res.Reports, rep)
 	}
 	if refreshed && c.d.Runtime != nil {
-		c.d.Runtime.Sync(nil) // running proxies read the new tokens; best effort
+		c.d.Runtime.Sync(nil) // running proxies see new tokens and cleared cooldowns; best effort
 	}
 	return res, nil
 }
@@ -196,26 +200,16 @@ func (c *Checkup) verifyOne(ctx context.Context, a *accounts.Account, rep *Verif
 	return status/100 == 2
 }
 
-// probe sends the account's models request with the headers its adapter
-// sends (see proxy/upstream.go adapters) and returns the status and, for
+// probe sends the account's models request with the headers the proxy's
+// adapter sends and returns the status and, for
 // an error, the upstream's message. The secret goes only into headers.
 func (c *Checkup) probe(ctx context.Context, a *accounts.Account, sec secrets.Secret) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.probeURL(a), nil)
 	if err != nil {
 		return 0, "", fmt.Errorf("invalid base URL %q", c.probeURL(a))
 	}
-	h := req.Header
-	if a.Kind == accounts.KindChatGPT {
-		h.Set("Authorization", "Bearer "+sec.AccessToken)
-		if a.ChatGPTAccountID != "" {
-			h.Set("chatgpt-account-id", a.ChatGPTAccountID)
-		}
-		h.Set("OpenAI-Beta", "responses=experimental")
-		h.Set("originator", "codex_cli_rs")
-	} else {
-		h.Set("Authorization", "Bearer "+sec.APIKey)
-	}
-	h.Set("Accept", "application/json")
+	proxy.SetAccountHeaders(req.Header, a, &sec)
+	req.Header.Set("Accept", "application/json")
 	resp, err := c.d.HTTP.Do(req)
 	if err != nil {
 		var ue *url.Error

@@ -2,6 +2,7 @@ package checkup_test
 
 import (
 	"context"
+	"github.com/rotorproxy/rotor/rotation"
 	"strings"
 	"testing"
 	"time"
@@ -50,9 +51,25 @@ func TestVerifyFlagged(t *testing.T) {
 		t.Errorf("dry run detail: %q", dry.Reports[0].Detail)
 	}
 
+	// The working account also sits in the 5-minute cooldown its flag came with.
+	worksID := h.pool().Accounts[0].ID
+	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt.Cooldown(worksID, rotation.CooldownTokenInvalidated, rotation.InvalidatedCooldown)
+	if err := rt.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+
 	res, err := h.checkup().VerifyFlagged(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Restored means usable at once, in every process: the cooldown is gone
+	// from state.json too.
+	if err := rt.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := rt.Snapshot(worksID); st.CooldownUntil.After(time.Now()) {
+		t.Errorf("restored account still cooling down until %s (%s)", st.CooldownUntil, st.CooldownReason)
 	}
 	if total, restored, still := res.Count(); total != 4 || restored != 2 || still != 2 {
 		t.Errorf("counts %d/%d/%d, want 4/2/2: %+v", total, restored, still, res.Reports)

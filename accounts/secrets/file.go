@@ -35,7 +35,10 @@ func newFileStore(dir string) *fileStore {
 	return &fileStore{dir: dir, path: filepath.Join(dir, FileName), lock: lockPath(dir)}
 }
 
-func lockPath(dir string) string { return filepath.Join(dir, ".secrets.lock") }
+// LockFile is the file backend's cross-process lock in ROTOR_HOME.
+const LockFile = ".secrets.lock"
+
+func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
 
 // fileDoc keeps entries raw, so a rewrite preserves entries it did not touch
 // byte for byte, including fields a newer rotor may have added.
