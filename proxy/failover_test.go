@@ -120,6 +120,10 @@ func TestPoolExhaustedWhenEveryAccountIsRateLimited(t *testing.T) {
 			t.Errorf("account_skip_reasons %v, want %v", sr, want)
 		}
 		expectRetryHeaders(t, resp, left, 2*time.Second)
+		// A 30-minute wait: SDKs must raise RateLimitError, not sleep.
+		if v := resp.Header.Get("x-should-retry"); v != "false" {
+			t.Errorf("x-should-retry %q, want false for a %s wait", v, left.Round(time.Second))
+		}
 	}
 	check(e.do("POST", "/v1/responses", streamBody))
 	e.expectCounts(map[string]int{"a": 1, "b": 1, "c": 1})

@@ -140,6 +140,10 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "malformed HTTP request"}, nil)
 }
 
+// maxClientRetryWait is the longest wait rotor lets SDK clients sleep
+// through on their own; past it, they are told not to retry.
+const maxClientRetryWait = time.Minute
+
 // fail writes a proxy-made error response and logs the request.
 func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *call) {
 	spec.RequestID = rid
@@ -150,6 +154,12 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	if ms := r.RetryAfterMS(); ms != "" {
 		ctx.Response.Header.Set("retry-after-ms", ms)
 		ctx.Response.Header.Set("Retry-After", r.RetryAfterSeconds())
+		if r.RetryAfter > maxClientRetryWait {
+			// The OpenAI SDKs sleep for retry-after-ms, uncapped, before
+			// retrying: a wait of hours would hang the caller instead of
+			// raising RateLimitError. They honor x-should-retry first.
+			ctx.Response.Header.Set("x-should-retry", "false")
+		}
 	}
 	ctx.SetBody(r.Body)
 	ev := s.deps.Log.Info().Str("request_id", rid).Int("status", r.Status).Str("code", spec.Code)

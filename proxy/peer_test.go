@@ -237,6 +237,9 @@ func expectRetryHeaders(t *testing.T, resp *http.Response, want, tol time.Durati
 	} else if d := time.Duration(sec)*time.Second - want; d < -tol-time.Second || d > tol+time.Second {
 		t.Errorf("Retry-After %d, want %s ± %s", sec, want, tol)
 	}
+	if want < time.Minute-tol && resp.Header.Get("x-should-retry") != "" {
+		t.Errorf("x-should-retry %q on a %s wait: clients should retry short waits", resp.Header.Get("x-should-retry"), want)
+	}
 }
 
 // expectNoRetryHeaders checks that an answer promises no wait.

@@ -37,11 +37,7 @@ func cmdAddKey(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.store()
-	if err != nil {
-		return err
-	}
-	sec, err := a.secrets(st.Dir())
+	st, sec, err := a.storeAndSecrets()
 	if err != nil {
 		return err
 	}
@@ -97,24 +93,13 @@ func cmdImport(a *app, args []string) error {
 		return err
 	}
 	id := tok.Identity()
-	st, err := a.store()
+	st, sec, err := a.storeAndSecrets()
 	if err != nil {
 		return err
 	}
-	sec, err := a.secrets(st.Dir())
-	if err != nil {
-		return err
-	}
-	var idx int
-	var created bool
-	var acct accounts.Account
-	_, err = st.Update(func(p *accounts.Pool) error {
-		idx, created = p.UpsertChatGPT(id, *label, time.Now())
-		acct = *p.At(idx)
-		return sec.Set(acct.ID, secrets.Secret{
-			AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
-		})
-	})
+	acct, idx, created, err := saveChatGPT(st, sec, id, secrets.Secret{
+		AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
+	}, *label)
 	if err != nil {
 		return err
 	}
@@ -124,6 +109,18 @@ func cmdImport(a *app, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "%s ChatGPT account %d (%s, plan %s) from %s.\n", verb, idx, orDash(acct.Email), orDash(acct.PlanType), path)
 	return nil
+}
+
+// saveChatGPT adds the ChatGPT account id describes, or updates the one
+// already in the pool, with secret s. The secret is stored under the store
+// lock, so the account never appears without it.
+func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string) (acct accounts.Account, idx int, created bool, err error) {
+	_, err = st.Update(func(p *accounts.Pool) error {
+		idx, created = p.UpsertChatGPT(id, label, time.Now())
+		acct = *p.At(idx)
+		return sec.Set(acct.ID, s)
+	})
+	return acct, idx, created, err
 }
 
 // indexArg reads the single <index> argument of remove/enable/disable/switch.
@@ -269,15 +266,7 @@ func cmdList(a *app, args []string) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	st, err := a.store()
-	if err != nil {
-		return err
-	}
-	pool, err := st.Load()
-	if err != nil {
-		return err
-	}
-	sel, err := a.runtime(st, pool)
+	pool, sel, err := a.selector()
 	if err != nil {
 		return err
 	}

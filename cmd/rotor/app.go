@@ -165,6 +165,16 @@ func (a *app) secrets(dir string) (secrets.Store, error) {
 	return secrets.Open(dir, a.getenv("ROTOR_SECRETS"), a.stderr)
 }
 
+// storeAndSecrets opens the store and the secrets backend beside it.
+func (a *app) storeAndSecrets() (*accounts.Store, secrets.Store, error) {
+	st, err := a.store()
+	if err != nil {
+		return nil, nil, err
+	}
+	sec, err := a.secrets(st.Dir())
+	return st, sec, err
+}
+
 // runtime loads the shared runtime state and a selector over pool, as a
 // command that only reads them needs.
 func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Selector, error) {
@@ -175,6 +185,21 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 		return nil, err
 	}
 	return sel, nil
+}
+
+// selector opens the store and returns the pool and a selector over it
+// with the shared runtime state loaded: what every read-only view needs.
+func (a *app) selector() (*accounts.Pool, *rotation.Selector, error) {
+	st, err := a.store()
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := st.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	sel, err := a.runtime(st, pool)
+	return pool, sel, err
 }
 
 // printJSON writes v as one pretty-printed JSON object.

@@ -97,15 +97,7 @@ func cmdForecast(a *app, args []string) error {
 	if err := noArgs(fs, args, "Usage: rotor forecast [--json]"); err != nil {
 		return err
 	}
-	st, err := a.store()
-	if err != nil {
-		return err
-	}
-	pool, err := st.Load()
-	if err != nil {
-		return err
-	}
-	sel, err := a.runtime(st, pool)
+	_, sel, err := a.selector()
 	if err != nil {
 		return err
 	}

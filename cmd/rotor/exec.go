@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,10 +37,12 @@ func cmdExec(a *app, args []string) error {
 	if err != nil {
 		return rerr.Validation("command", "Cannot run "+argv[0]+": "+err.Error())
 	}
-	// Proxy logs go to stderr only when asked for; by default the child
-	// owns the terminal.
+	// Proxy logs go to stderr only when asked for (--log-level); by default
+	// the child owns the terminal and only warnings are shown.
 	logOut := a.stderr
-	if o.logLevel == "info" {
+	levelSet := false
+	fs.Visit(func(f *flag.Flag) { levelSet = levelSet || f.Name == "log-level" })
+	if !levelSet {
 		o.logLevel = "warn"
 	}
 	r, err := a.startProxy(o, logOut)
@@ -54,12 +57,32 @@ func cmdExec(a *app, args []string) error {
 	// The child gets the terminal's signals itself; rotor only waits.
 	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
 	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
-	err = child.Run()
+	// A SIGTERM or SIGHUP sent to rotor alone (timeout(1), a process
+	// manager) goes to the child; rotor outlives it to stop the proxy and
+	// pass its status on, instead of dying and orphaning it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if err = child.Start(); err == nil {
+		waited := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case s := <-sigs:
+					child.Process.Signal(s)
+				case <-waited:
+					return
+				}
+			}
+		}()
+		err = child.Wait()
+		close(waited)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		code := ee.ExitCode()
-		if code < 0 {
-			code = 1 // killed by a signal
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal()) // as a shell reports it
 		}
 		r.stop()
 		return &exitError{code: code}

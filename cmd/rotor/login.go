@@ -23,16 +23,12 @@ func cmdLogin(a *app, args []string) error {
 	} else if len(pos) > 0 {
 		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor login [--device] [--no-browser] [--label L]")
 	}
-	st, err := a.store()
+	st, sec, err := a.storeAndSecrets()
 	if err != nil {
 		return err
 	}
 	if _, err := st.Load(); err != nil {
 		return err // fail before the user signs in, not after
-	}
-	sec, err := a.secrets(st.Dir())
-	if err != nil {
-		return err
 	}
 	client := oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL"))
 	ctx, cancel := context.WithTimeout(context.Background(), oauth.DefaultTimeout)
@@ -62,14 +58,7 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
 	}
-	var idx int
-	var created bool
-	var acct accounts.Account
-	_, err := st.Update(func(p *accounts.Pool) error {
-		idx, created = p.UpsertChatGPT(id, label, time.Now())
-		acct = *p.At(idx)
-		return sec.Set(acct.ID, oauth.SecretFrom(t, time.Now()))
-	})
+	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, time.Now()), label)
 	if err != nil {
 		return err
 	}

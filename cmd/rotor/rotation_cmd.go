@@ -53,15 +53,7 @@ func cmdRotation(a *app, args []string) error {
 	if len(pos) != 1 || pos[0] != "status" {
 		return rerr.Validation("subcommand", "Usage: rotor rotation status [--json]")
 	}
-	st, err := a.store()
-	if err != nil {
-		return err
-	}
-	pool, err := st.Load()
-	if err != nil {
-		return err
-	}
-	sel, err := a.runtime(st, pool)
+	pool, sel, err := a.selector()
 	if err != nil {
 		return err
 	}

@@ -75,15 +75,11 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := a.store()
+	st, sec, err := a.storeAndSecrets()
 	if err != nil {
 		return nil, err
 	}
 	pool, err := st.Load()
-	if err != nil {
-		return nil, err
-	}
-	sec, err := a.secrets(st.Dir())
 	if err != nil {
 		return nil, err
 	}
