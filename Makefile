@@ -13,7 +13,6 @@ build:
 # The whole suite: unit, integration (real loopback servers, real rotor
 # processes) and, when the npm registry answers, real-client end-to-end tests.
 test:
-	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 lint:
