@@ -684,3 +684,22 @@ func compatExpectHello(t *testing.T, resp *http.Response) {
 		t.Fatalf("events %v", types)
 	}
 }
+
+// A stream that ends while rotor still holds it back (no output event at
+// all) is relayed and closed at once: rotor must not read the finished
+// body again, which on a keep-alive connection would wait for the stall
+// timeout.
+func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "short"}}, func(c *Config) { c.StallTimeout = 3 * time.Second })
+	e.up.Set("short", fakeupstream.Behavior{Stream: "bootstrap_only.sse"})
+	start := time.Now()
+	resp := e.do("POST", "/v1/responses", streamBody)
+	types := sseEvents(t, resp.Body)
+	resp.Body.Close()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("a finished stream took %s to close", took)
+	}
+	if len(types) != 2 || types[0] != "response.created" || types[1] != "response.in_progress" {
+		t.Fatalf("events %v", types)
+	}
+}

@@ -58,6 +58,9 @@ func (s *Server) relay(c *call, ch *rotation.Choice, res *result) {
 		status: resp.StatusCode(), resp: resp, body: resp.BodyStream(), start: c.start,
 		pending: res.pending,
 	}
+	if res.ended {
+		r.body = eofReader{}
+	}
 	n := resp.Header.ContentLength()
 	if n < 0 || len(r.pending) > 0 {
 		n = -1
@@ -196,6 +199,11 @@ func (r *relay) CloseWithError(wErr error) error {
 }
 
 var errClientGone = errors.New("rotor: client went away")
+
+// eofReader is the body of a stream already read whole into pending.
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
 // sseScanner splits a byte stream into SSE lines and hands each data
 // payload to onData. A line split across reads is carried over; one longer

@@ -113,6 +113,7 @@ type result struct {
 	body       []byte             // non-2xx: the first errBodyMax bytes
 	pending    []byte             // outOK: stream bytes already read, to send first
 	assembled  []byte             // outOK: the Response object built from a whole stream
+	ended      bool               // outOK: pending holds the whole stream
 	resetAt    time.Time
 	upstreamID string
 }
@@ -239,7 +240,10 @@ func (s *Server) settleStart(res *result, assemble bool) {
 	} else {
 		res.pending, failure, err = holdBack(resp.BodyStream())
 		if err == io.EOF {
-			err = nil // a short stream read to its end: the relay sees EOF next
+			// A short stream read to its end. The relay must not read the
+			// body again: past its last chunk a keep-alive connection has
+			// nothing more to say, and the read would wait for the stall.
+			err, res.ended = nil, true
 		}
 	}
 	switch {
