@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -701,5 +702,25 @@ func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
 	}
 	if len(types) != 2 || types[0] != "response.created" || types[1] != "response.in_progress" {
 		t.Fatalf("events %v", types)
+	}
+}
+
+// A compressed request body is opaque to rotor: it is forwarded byte for
+// byte with its Content-Encoding, even to a ChatGPT account, instead of
+// being refused as invalid JSON.
+func TestCompressedBodyIsForwardedAsIs(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "z"}})
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write([]byte(`{"model":"gpt-5","stream":true,"store":false,"instructions":"","input":"hi"}`))
+	w.Close()
+	resp := e.do("POST", "/v1/responses", gz.String(), "Content-Encoding", "gzip")
+	readAll(t, resp)
+	reqs := e.up.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("upstream saw %d requests (status %d)", len(reqs), resp.StatusCode)
+	}
+	if !bytes.Equal(reqs[0].Body, gz.Bytes()) || reqs[0].Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("body or encoding changed: %q %q", reqs[0].Header.Get("Content-Encoding"), reqs[0].Body)
 	}
 }

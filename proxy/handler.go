@@ -195,6 +195,8 @@ type call struct {
 	outcomes    []outcome
 	lastIndex   int
 
+	encoded bool // the body has a Content-Encoding: opaque to rotor
+
 	// The body as ChatGPT accounts get it, made on first use (compat.go).
 	chatgpt     []byte
 	assemble    bool
@@ -212,14 +214,22 @@ func (c *call) chatgptBody() ([]byte, bool, error) {
 
 func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {
 	c := &call{ctx: ctx, rid: rid, op: o, body: ctx.PostBody(), start: time.Now()}
-	if o != opModels {
+	// A compressed body (Content-Encoding) is forwarded as it came, with
+	// its header: rotor reads nothing in it and rewrites nothing.
+	c.encoded = len(ctx.Request.Header.ContentEncoding()) > 0 &&
+		!bytes.EqualFold(ctx.Request.Header.ContentEncoding(), []byte("identity"))
+	body := c.body
+	if c.encoded {
+		body = nil
+	}
+	if o != opModels && !c.encoded {
 		if !gjson.ValidBytes(c.body) {
 			s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not valid JSON"}, c)
 			return
 		}
 		c.model = gjson.GetBytes(c.body, "model").String()
 	}
-	c.affinityKey = affinityKey(&ctx.Request.Header, c.body)
+	c.affinityKey = affinityKey(&ctx.Request.Header, body)
 	sel := s.deps.Selector
 	limit := min(sel.Usable(), s.cfg.MaxAttempts)
 	req := rotation.Request{AffinityKey: c.affinityKey}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -177,7 +178,7 @@ func Listen(host string, port int) (net.Listener, error) {
 	if !LoopbackHost(host) {
 		return nil, rerr.Validation("host", fmt.Sprintf("refusing to listen on %s: rotor serves loopback only (127.0.0.0/8, ::1 or localhost)", host))
 	}
-	if host == "localhost" {
+	if strings.EqualFold(host, "localhost") {
 		host = "127.0.0.1"
 	}
 	return net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
@@ -185,7 +186,7 @@ func Listen(host string, port int) (net.Listener, error) {
 
 // LoopbackHost reports whether host is a loopback literal or localhost.
 func LoopbackHost(host string) bool {
-	if host == "localhost" {
+	if strings.EqualFold(host, "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)

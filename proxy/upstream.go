@@ -191,7 +191,7 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	assemble := false
 	if c.op != opModels {
 		body := c.body
-		if a.Kind == accounts.KindChatGPT && c.op == opResponses {
+		if a.Kind == accounts.KindChatGPT && c.op == opResponses && !c.encoded {
 			var err error
 			if body, assemble, err = c.chatgptBody(); err != nil {
 				return &result{out: outClientError, status: 400, body: []byte(`{"error":{"code":"invalid_json","message":"request body is not a JSON object"}}`)}
