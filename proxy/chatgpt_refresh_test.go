@@ -1,14 +1,11 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
@@ -40,52 +37,26 @@ func newChatGPTRefreshEnv(t *testing.T, accts []acct) *chatgptRefreshEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { auth.Close() })
-
 	dir := base.store.Dir()
-	st, err := accounts.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sec, err := secrets.Open(dir, "file", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := st.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := rotation.NewRuntime(dir, rotation.SystemClock{})
-	sel := rotation.NewSelector(rt, rotation.SystemClock{}, 3)
-	sel.SetPool(pool)
+	var e *env // set below; the refresher flags through its store and selector
 	ref := &oauth.Refresher{
 		Client:  oauth.NewClient(auth.URL()),
 		Secrets: sec,
 		Dir:     dir,
 		Flag: func(id, reason string) error {
-			p, err := st.Flag(id, reason, false)
+			p, err := e.store.Flag(id, reason, false)
 			if err == nil {
-				sel.SetPool(p) // what the watcher would do within a second
+				e.sel.SetPool(p) // what the watcher would do within a second
 			}
 			return err
 		},
 		Now: time.Now,
 	}
-	srv, err := New(Config{ClientKey: testKey, ChatGPTBase: base.up.ChatGPTBase(), OpenAIBase: base.up.OpenAIBase()},
-		Deps{Selector: sel, Secrets: sec, Flagger: st, Refresher: ref, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := Listen("127.0.0.1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	e := &env{t: t, up: base.up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool}
+	e = startProxy(t, base.up, dir, peerConfig{seed: 3, refresher: ref})
 	return &chatgptRefreshEnv{env: e, auth: auth, sec: sec}
 }
 

@@ -59,7 +59,7 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := st.Update(func(p *accounts.Pool) error {
+	_, err = st.Update(func(p *accounts.Pool) error {
 		for i, a := range accts {
 			var idx int
 			if a.kind == accounts.KindAPIKey {
@@ -80,8 +80,31 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := rotation.NewRuntime(dir, rotation.SystemClock{})
-	sel := rotation.NewSelector(rt, rotation.SystemClock{}, 1)
+	return startProxy(t, up, dir, peerConfig{clock: rotation.SystemClock{}, seed: 1}, opts...)
+}
+
+// startProxy starts a proxy on the ROTOR_HOME dir in front of up, wired as
+// `rotor serve` wires it: its own store handle, secrets, runtime state,
+// selector and usage log. It is shut down when the test ends.
+func startProxy(t testing.TB, up *fakeupstream.Server, dir string, pc peerConfig, opts ...envOption) *env {
+	t.Helper()
+	if pc.clock == nil {
+		pc.clock = rotation.SystemClock{}
+	}
+	st, err := accounts.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.Open(dir, "file", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := rotation.NewRuntime(dir, pc.clock)
+	sel := rotation.NewSelector(rt, pc.clock, pc.seed)
 	sel.SetPool(pool)
 	usage, err := rotation.OpenUsageLog(dir)
 	if err != nil {
@@ -91,7 +114,7 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := New(cfg, Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Log: zerolog.Nop()})
+	srv, err := New(cfg, Deps{Selector: sel, Secrets: sec, Refresher: pc.refresher, Flagger: st, Usage: usage, Clock: pc.clock, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -12,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -51,49 +47,12 @@ func stallTimeout(d time.Duration) envOption { return func(c *Config) { c.StallT
 // usage log, like a second `rotor serve` on the same machine. The returned
 // env shares e's upstream and (initial) pool; it is shut down with the test.
 func (e *env) peer(opts ...peerOption) *env {
-	t := e.t
-	t.Helper()
+	e.t.Helper()
 	pc := peerConfig{clock: rotation.SystemClock{}, seed: 2}
 	for _, o := range opts {
 		o(&pc)
 	}
-	dir := e.store.Dir()
-	st, err := accounts.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec, err := secrets.Open(dir, "file", io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := st.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := rotation.NewRuntime(dir, pc.clock)
-	sel := rotation.NewSelector(rt, pc.clock, pc.seed)
-	sel.SetPool(pool)
-	usage, err := rotation.OpenUsageLog(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{ClientKey: testKey, ChatGPTBase: e.up.ChatGPTBase(), OpenAIBase: e.up.OpenAIBase()}
-	srv, err := New(cfg, Deps{Selector: sel, Secrets: sec, Refresher: pc.refresher, Flagger: st, Usage: usage, Clock: pc.clock, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := Listen("127.0.0.1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		usage.Close()
-	})
-	return &env{t: t, up: e.up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usage}
+	return startProxy(e.t, e.up, e.store.Dir(), pc)
 }
 
 // watch runs rotation.Watch for e's proxy, as `rotor serve` does, until the
