@@ -692,7 +692,7 @@ func compatExpectHello(t *testing.T, resp *http.Response) {
 // timeout.
 func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "short"}}, func(c *Config) { c.StallTimeout = 3 * time.Second })
-	e.up.Set("short", fakeupstream.Behavior{Stream: "bootstrap_only.sse"})
+	e.up.Set("short", fakeupstream.Behavior{Stream: "truncated_bootstrap_only.sse"})
 	start := time.Now()
 	resp := e.do("POST", "/v1/responses", streamBody)
 	types := sseEvents(t, resp.Body)

@@ -629,8 +629,9 @@ func TestFixturesAreWellFormed(t *testing.T) {
 				seq++
 			}
 		}
+		// truncated_* fixtures end early on purpose (a broken upstream).
 		last := fx.events[len(fx.events)-1].typ
-		if last != "response.completed" && last != "response.failed" {
+		if !strings.HasPrefix(filepath.Base(f), "truncated_") && last != "response.completed" && last != "response.failed" {
 			t.Errorf("%s: ends with %s", f, last)
 		}
 	}
