@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"runtime/debug"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -57,6 +59,19 @@ func newRequestID() string {
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	rid := newRequestID()
 	ctx.Response.Header.Set("x-request-id", rid)
+	// fasthttp does not recover handler panics: one would end the process
+	// and every stream in it. A bug becomes this request's 500 instead,
+	// logged with its stack, never shown to the client.
+	defer func() {
+		if v := recover(); v != nil {
+			s.deps.Log.Error().Str("request_id", rid).Str("panic", fmt.Sprint(v)).
+				Bytes("stack", debug.Stack()).Msg("handler panic")
+			ctx.Response.Reset()
+			ctx.Response.Header.Set("x-request-id", rid)
+			s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyError,
+				Message: "rotor failed on this request (a bug); it is logged with request_id"}, nil)
+		}
+	}()
 	if code := s.guard(&ctx.Request.Header); code != "" {
 		s.fail(ctx, rid, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		return

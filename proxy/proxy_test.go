@@ -2,14 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rs/zerolog"
 )
 
 func TestStreamsAnswerThroughAPIKeyAccount(t *testing.T) {
@@ -168,5 +171,38 @@ func TestPayloadTooLarge(t *testing.T) {
 	}
 	if e.up.Count("k1") != 0 {
 		t.Fatal("oversized request reached the upstream")
+	}
+}
+
+// panicSecrets stands for a bug on the request path.
+type panicSecrets struct{}
+
+func (panicSecrets) Get(string) (secrets.Secret, error) { panic("boom: sk-secret-in-panic") }
+
+// A panic on the request path answers 500 codex_runtime_rotation_proxy_error
+// without leaking anything, and the proxy keeps serving.
+func TestPanicBecomes500(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	srv, err := New(Config{ClientKey: testKey, OpenAIBase: e.up.OpenAIBase()},
+		Deps{Selector: e.sel, Secrets: panicSecrets{}, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen("127.0.0.1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	e.base = "http://" + ln.Addr().String()
+	for range 2 { // the second request proves the process survived
+		resp := e.do("POST", "/v1/responses", streamBody)
+		if resp.StatusCode != 500 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		body := readAll(t, resp)
+		if strings.Contains(body, "sk-secret") || strings.Contains(body, "goroutine") || !strings.Contains(body, rerr.ProxyError) {
+			t.Fatalf("body %s", body)
+		}
 	}
 }
