@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/homefs"
@@ -53,4 +54,14 @@ func RemoveInfo(dir string, pid int) error {
 		return nil
 	}
 	return os.Remove(filepath.Join(dir, InfoFile))
+}
+
+// ProcessAlive reports whether process pid runs, as a check of the pid in
+// proxy.json; EPERM means it runs as another user.
+func ProcessAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -104,7 +103,7 @@ func New(d Deps) *Checkup {
 		d.Now = time.Now
 	}
 	if d.Alive == nil {
-		d.Alive = processAlive
+		d.Alive = proxy.ProcessAlive
 	}
 	if d.ProxyTimeout <= 0 {
 		d.ProxyTimeout = DefaultProxyTimeout
@@ -116,15 +115,6 @@ func New(d Deps) *Checkup {
 		d.RefreshTimeout = DefaultRefreshTimeout
 	}
 	return &Checkup{d: d}
-}
-
-// processAlive reports whether pid runs; EPERM means it runs as another user.
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // storePath is accounts.json in the home.
@@ -241,32 +231,6 @@ func accountName(i int, a *accounts.Account) string {
 		return fmt.Sprintf("account %d", i)
 	}
 	return fmt.Sprintf("account %d (%s)", i, a.Label)
-}
-
-// roundDur is a duration as a person reads it, in its two largest units:
-// 45s, 3m20s, 5h, 5h10m, 9d.
-func roundDur(d time.Duration) string {
-	if d < 0 {
-		d = -d
-	}
-	two := func(big, small time.Duration, bigUnit, smallUnit string) string {
-		b, s := d/big, d%big/small
-		if s == 0 {
-			return fmt.Sprintf("%d%s", b, bigUnit)
-		}
-		return fmt.Sprintf("%d%s%d%s", b, bigUnit, s, smallUnit)
-	}
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", d.Round(time.Second)/time.Second)
-	case d < time.Hour:
-		d = d.Round(time.Second)
-		return two(time.Minute, time.Second, "m", "s")
-	case d < 48*time.Hour:
-		d = d.Round(time.Minute)
-		return two(time.Hour, time.Minute, "h", "m")
-	}
-	return fmt.Sprintf("%dd", (d+12*time.Hour)/(24*time.Hour))
 }
 
 // errText is an error for a check or an action: the message and, for

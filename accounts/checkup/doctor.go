@@ -18,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // Check statuses, from good to bad.
@@ -281,13 +282,13 @@ func tokenCheck(name, who string, index int, a *accounts.Account, sec secrets.Se
 	case sec.ExpiresAt.IsZero():
 		return Check{name, StatusOK, who + ": tokens present, access-token expiry unknown"}
 	case left <= 0 && sec.RefreshToken == "":
-		return Check{name, StatusError, fmt.Sprintf("%s: access token expired %s ago and there is no refresh token; sign in again with \"rotor login\"", who, roundDur(left))}
+		return Check{name, StatusError, fmt.Sprintf("%s: access token expired %s ago and there is no refresh token; sign in again with \"rotor login\"", who, rotation.HumanDuration(left))}
 	case left <= 0:
-		return Check{name, StatusWarn, fmt.Sprintf("%s: access token expired %s ago; the proxy refreshes it on next use, or run \"rotor fix\"", who, roundDur(left))}
+		return Check{name, StatusWarn, fmt.Sprintf("%s: access token expired %s ago; the proxy refreshes it on next use, or run \"rotor fix\"", who, rotation.HumanDuration(left))}
 	case left < oauth.RefreshLead:
-		return Check{name, StatusOK, fmt.Sprintf("%s: access token expires in %s; refreshed on next use", who, roundDur(left))}
+		return Check{name, StatusOK, fmt.Sprintf("%s: access token expires in %s; refreshed on next use", who, rotation.HumanDuration(left))}
 	}
-	return Check{name, StatusOK, fmt.Sprintf("%s: tokens present, access token valid for %s", who, roundDur(sec.ExpiresAt.Sub(now)))}
+	return Check{name, StatusOK, fmt.Sprintf("%s: tokens present, access token valid for %s", who, rotation.HumanDuration(sec.ExpiresAt.Sub(now)))}
 }
 
 func checkOrphans(r *doctorRun) []Check {

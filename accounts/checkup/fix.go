@@ -446,7 +446,7 @@ func fixTokens(f *fixRun) {
 			continue // a missing secret is doctor's to report; fix cannot make one
 		}
 		act := Action{Action: ActionRefreshToken, Target: accountName(i+1, &a),
-			Detail: fmt.Sprintf("access token expired %s ago", roundDur(f.now.Sub(sec.ExpiresAt)))}
+			Detail: fmt.Sprintf("access token expired %s ago", rotation.HumanDuration(f.now.Sub(sec.ExpiresAt)))}
 		if f.dry {
 			f.add(act)
 			continue
@@ -598,7 +598,7 @@ func (f *fixRun) pruneState(path string) (map[string]json.RawMessage, []Action, 
 			for _, w := range d.with {
 				delete(accts[id], w)
 			}
-			cleared = append(cleared, fmt.Sprintf("%s (ended %s ago)", d.words, roundDur(f.now.Sub(t))))
+			cleared = append(cleared, fmt.Sprintf("%s (ended %s ago)", d.words, rotation.HumanDuration(f.now.Sub(t))))
 		}
 		if len(cleared) > 0 {
 			changed = true
@@ -682,7 +682,7 @@ func fixTemps(f *fixRun) {
 			continue
 		}
 		a := Action{Action: ActionRemoveTemp, Target: filepath.Base(m),
-			Detail: fmt.Sprintf("left by an interrupted write %s ago", roundDur(f.now.Sub(fi.ModTime())))}
+			Detail: fmt.Sprintf("left by an interrupted write %s ago", rotation.HumanDuration(f.now.Sub(fi.ModTime())))}
 		if !f.dry {
 			if err := os.Remove(m); err != nil {
 				f.fail(a, err)

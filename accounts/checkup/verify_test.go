@@ -2,10 +2,11 @@ package checkup_test
 
 import (
 	"context"
-	"github.com/rotorproxy/rotor/rotation"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotorproxy/rotor/rotation"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"

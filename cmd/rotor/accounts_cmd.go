@@ -314,19 +314,9 @@ func stateText(r rotation.AccountStatus) string {
 		s += ":" + r.Reason
 	}
 	if !r.Until.IsZero() {
-		s += " for " + roundDur(time.Until(r.Until))
+		s += " for " + rotation.HumanDuration(time.Until(r.Until))
 	}
 	return s
-}
-
-func roundDur(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	if d < time.Hour {
-		return d.Round(time.Second).String()
-	}
-	return d.Round(time.Minute).String()
 }
 
 func nonZero(i int) *int {

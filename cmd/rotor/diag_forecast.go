@@ -156,7 +156,7 @@ func waitText(f rotation.AccountForecast) string {
 	case f.ReadyAt.IsZero():
 		return "?"
 	}
-	return roundDur(f.Wait)
+	return rotation.HumanDuration(f.Wait)
 }
 
 // quotaShort is "primary% / secondary%" of the last quota seen.

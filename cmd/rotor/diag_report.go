@@ -262,7 +262,7 @@ func printUsage(w io.Writer, now time.Time, rep rotation.UsageReport, uerr error
 		fmt.Fprintln(w, "Usage:   no requests recorded yet.")
 		return nil
 	}
-	fmt.Fprintf(w, "Usage:   %s recorded, the oldest %s ago\n\n", diagPlural(int(rep.Records), "request", "requests"), roundDur(now.Sub(rep.Oldest)))
+	fmt.Fprintf(w, "Usage:   %s recorded, the oldest %s ago\n\n", diagPlural(int(rep.Records), "request", "requests"), rotation.HumanDuration(now.Sub(rep.Oldest)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  LAST\t"+usageCols)
 	for i := range rep.Windows {

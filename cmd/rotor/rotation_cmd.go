@@ -121,7 +121,7 @@ func windowText(w *rotation.Window) string {
 	}
 	s := fmt.Sprintf("%.0f%% used", w.UsedPercent)
 	if !w.ResetsAt.IsZero() && time.Until(w.ResetsAt) > 0 {
-		s += ", resets in " + roundDur(time.Until(w.ResetsAt))
+		s += ", resets in " + rotation.HumanDuration(time.Until(w.ResetsAt))
 	}
 	return s
 }
@@ -130,5 +130,5 @@ func ago(t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	return roundDur(time.Since(t)) + " ago"
+	return rotation.HumanDuration(time.Since(t)) + " ago"
 }

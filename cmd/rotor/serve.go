@@ -240,17 +240,9 @@ func cmdEnv(a *app, args []string) error {
 	if err != nil {
 		return rerr.NotFound("No running proxy found in " + dir + " (proxy.json). Start one with \"rotor serve\".")
 	}
-	if !processAlive(in.PID) {
+	if !proxy.ProcessAlive(in.PID) {
 		return rerr.NotFound(fmt.Sprintf("The proxy in %s (pid %d) is not running. Start one with \"rotor serve\".", dir, in.PID))
 	}
 	fmt.Fprintf(a.stdout, "export OPENAI_BASE_URL=%s\nexport OPENAI_API_KEY=%s\n", in.URL, in.ClientKey)
 	return nil
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
 }
