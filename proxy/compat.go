@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -83,11 +84,11 @@ func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
 		switch {
 		case bootstrapEvents[t]:
 		case t == "response.failed":
-			failure = orText(gjson.GetBytes(data, "response.error.code").String(), "response_failed")
+			failure = cmp.Or(gjson.GetBytes(data, "response.error.code").String(), "response_failed")
 			done = true
 		case t == "error":
-			failure = orText(gjson.GetBytes(data, "error.code").String(), gjson.GetBytes(data, "code").String())
-			failure = orText(failure, "stream_error")
+			failure = cmp.Or(gjson.GetBytes(data, "error.code").String(), gjson.GetBytes(data, "code").String())
+			failure = cmp.Or(failure, "stream_error")
 			done = true
 		default:
 			done = true // the first output event: release everything
@@ -136,7 +137,7 @@ func assembleResponse(stream io.Reader) (body []byte, failure string, err error)
 		case "response.completed", "response.incomplete":
 			final = []byte(gjson.GetBytes(data, "response").Raw)
 		case "response.failed":
-			failure = orText(gjson.GetBytes(data, "response.error.code").String(), "response_failed")
+			failure = cmp.Or(gjson.GetBytes(data, "response.error.code").String(), "response_failed")
 		}
 	}
 	buf := make([]byte, 32<<10)
@@ -151,7 +152,7 @@ func assembleResponse(stream io.Reader) (body []byte, failure string, err error)
 		}
 	}
 	if final == nil {
-		return nil, orText(failure, "stream_incomplete"), nil
+		return nil, cmp.Or(failure, "stream_incomplete"), nil
 	}
 	if out := gjson.GetBytes(final, "output"); len(items) > 0 && (!out.Exists() || len(out.Array()) == 0) {
 		var m map[string]json.RawMessage

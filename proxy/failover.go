@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -303,7 +304,7 @@ func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
 		}
 		s.fail(c.ctx, c.rid, rerr.Spec{Code: rerr.PinnedUnavailable, Category: cat,
 			Message: fmt.Sprintf("the pinned account %d cannot serve now (%s); run \"rotor rotation status\" to see when it comes back, or \"rotor unpin\" to rotate again",
-				ref.PinnedIndex, orText(ref.PinReason, "unknown")),
+				ref.PinnedIndex, cmp.Or(ref.PinReason, "unknown")),
 			RetryAfter: ref.RetryAfter,
 			Extra: []rerr.Field{
 				{Key: "pinned_account_index", Value: ref.PinnedIndex},
@@ -396,11 +397,4 @@ var skipToReason = map[string]string{
 	"cooling-down:" + rotation.CooldownNetworkError:     "network-error",
 	"cooling-down:" + rotation.CooldownAuthFailure:      "auth-failure",
 	"cooling-down:" + rotation.CooldownTokenInvalidated: "auth-failure",
-}
-
-func orText(s, alt string) string {
-	if s == "" {
-		return alt
-	}
-	return s
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -28,7 +29,7 @@ type adapter struct {
 var adapters = map[accounts.Kind]adapter{
 	accounts.KindChatGPT: {
 		paths: [3]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact", opModels: "/codex/models"},
-		base:  func(cfg *Config, a *accounts.Account) string { return orText(a.BaseURL, cfg.ChatGPTBase) },
+		base:  func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.ChatGPTBase) },
 		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.AccessToken)
 			if a.ChatGPTAccountID != "" {
@@ -40,7 +41,7 @@ var adapters = map[accounts.Kind]adapter{
 	},
 	accounts.KindAPIKey: {
 		paths: [3]string{opResponses: "/responses", opCompact: "/responses/compact", opModels: "/models"},
-		base:  func(cfg *Config, a *accounts.Account) string { return orText(a.BaseURL, cfg.OpenAIBase) },
+		base:  func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.OpenAIBase) },
 		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.APIKey)
 		},

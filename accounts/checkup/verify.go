@@ -71,13 +71,6 @@ func (c *Checkup) probeURL(a *accounts.Account) string {
 	return proxy.ModelsURL(c.d.ChatGPTBase, c.d.OpenAIBase, a)
 }
 
-func orText(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // VerifyFlagged re-checks every flagged account: for a ChatGPT account a
 // token refresh, then (when it worked) a probe of the upstream with the
 // account's headers; for an API-key account the probe alone. An account
