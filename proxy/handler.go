@@ -246,11 +246,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {
 	}
 	c.affinityKey = affinityKey(&ctx.Request.Header, body)
 	sel := s.deps.Selector
-	limit := min(sel.Usable(), s.cfg.MaxAttempts)
 	req := rotation.Request{AffinityKey: c.affinityKey}
 	for {
 		req.Attempted = c.attempted
-		if len(c.attempted) >= max(limit, 1) {
+		// At most min(usable accounts, MaxAttempts) attempts: every pick is
+		// a usable account not attempted yet, so Pick itself refuses once
+		// the usable ones are spent; only the cap needs counting here.
+		if len(c.attempted) >= s.cfg.MaxAttempts {
 			s.exhausted(c, sel.Explain(&req))
 			return
 		}

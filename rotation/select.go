@@ -149,22 +149,6 @@ type Refusal struct {
 	ResetAt time.Time
 }
 
-// Usable counts the accounts that could serve now, ignoring attempts; the
-// proxy bounds its attempts with it.
-func (s *Selector) Usable() int {
-	v := s.cur.Load()
-	now := s.clock.Now()
-	n := 0
-	s.rt.mu.Lock()
-	for i := range v.pool.Accounts {
-		if skipReason(&v.pool.Accounts[i], v.entries[i], now) == "" {
-			n++
-		}
-	}
-	s.rt.mu.Unlock()
-	return n
-}
-
 // skipReason says why a cannot serve now, "" when it can. Callers hold rt.mu.
 func skipReason(a *accounts.Account, e *entry, now time.Time) string {
 	if !a.Enabled {
