@@ -304,10 +304,14 @@ func (s *Server) record(rec Recorded) {
 	s.head = (s.head + 1) % maxRecorded
 }
 
-// requestBody is the part of a Responses request the fake looks at.
+// requestBody is the part of a Responses or Chat Completions request the
+// fake looks at.
 type requestBody struct {
-	Model  string `json:"model"`
-	Stream *bool  `json:"stream"`
+	Model         string `json:"model"`
+	Stream        *bool  `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 // handle is the single entry point: record, authenticate, apply the token's
@@ -372,12 +376,23 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			s.serveFixtureError(w, http.StatusBadRequest, "stream_required_400.json", fill)
 			return
 		}
-		s.serveStream(w, r, b, streamName, req.Model, fill)
+		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill)
 	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
 		if stream {
-			s.serveStream(w, r, b, streamName, req.Model, fill)
+			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill)
 		} else {
 			s.serveAssembled(w, r, b, streamName, req.Model, fill)
+		}
+	case r.Method == http.MethodPost && path == openaiPrefix+"/chat/completions":
+		// api.openai.com's Chat Completions: recorded chunks, with the
+		// usage chunk only when the client asked for it, or one object.
+		switch {
+		case stream && req.StreamOptions.IncludeUsage:
+			s.serveStream(w, r, b, "chat/hello_usage.sse", req.Model, fill)
+		case stream:
+			s.serveStream(w, r, b, "chat/hello.sse", req.Model, fill)
+		default:
+			s.serveChatCompletion(w, r, b, req.Model, fill)
 		}
 	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
 		writeJSON(w, http.StatusOK, compactBody(time.Now()))

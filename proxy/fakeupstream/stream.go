@@ -2,6 +2,7 @@ package fakeupstream
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,13 +119,15 @@ func parseSSE(raw []byte) (*sseFixture, error) {
 			ev.typ = t.Type
 		}
 		if fx.model == "" {
+			// Responses events carry it in response, chat chunks at the top.
 			var m struct {
+				Model    string `json:"model"`
 				Response struct {
 					Model string `json:"model"`
 				} `json:"response"`
 			}
 			if json.Unmarshal(ev.data, &m) == nil {
-				fx.model = m.Response.Model
+				fx.model = cmp.Or(m.Response.Model, m.Model)
 			}
 		}
 		fx.events = append(fx.events, ev)
@@ -159,9 +162,10 @@ func eventLimit(after, n int) int {
 	return min(after, n)
 }
 
-// serveStream replays an SSE fixture, one flushed write per event.
+// serveStream replays the SSE fixture name (a path under testdata), one
+// flushed write per event.
 func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
-	fx, err := s.fixtures.stream("sse/" + name)
+	fx, err := s.fixtures.stream(name)
 	if err != nil {
 		fixtureMissing(w, err)
 		return
@@ -200,6 +204,32 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 			return
 		}
 	}
+}
+
+// serveChatCompletion answers a non-streaming Chat Completions request
+// with the recorded chat.completion object; EventDelay delays it as it
+// delays the Responses answer, the other faults apply as there.
+func (s *Server) serveChatCompletion(w http.ResponseWriter, r *http.Request, b Behavior, model string, fill filler) {
+	raw, err := s.fixtures.raw("chat/hello.json")
+	if err != nil {
+		fixtureMissing(w, err)
+		return
+	}
+	switch {
+	case b.ResetAfter > 0:
+		abortConn(http.NewResponseController(w))
+		return
+	case b.StallAfter > 0:
+		s.wait(r.Context(), 0)
+		return
+	case b.EventDelay > 0 && !s.wait(r.Context(), b.EventDelay*6):
+		return
+	}
+	var m struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(raw, &m)
+	writeJSON(w, http.StatusOK, modelEcho(m.Model, model)(fill.bytes(raw)))
 }
 
 // failedBody is the error a non-streaming request gets when the fixture's
