@@ -19,6 +19,14 @@ const (
 	TokenInvalidated     = "token_invalidated"
 	UpstreamBlocked      = "upstream_blocked"
 	ProxyError           = "codex_runtime_rotation_proxy_error"
+	// ProxyOverloaded is rotor's own capacity running out (no free
+	// upstream connection within the wait): no account is to blame.
+	ProxyOverloaded = "codex_runtime_rotation_proxy_overloaded"
+	// ProxyHeadersTooLarge answers request headers over the server's limit.
+	ProxyHeadersTooLarge = "runtime_rotation_proxy_headers_too_large"
+	// UnsupportedParameter answers a Chat Completions request that only an
+	// API-key account could serve when none can (SPEC §7).
+	UnsupportedParameter = "unsupported_parameter"
 )
 
 // Error types, in OpenAI's vocabulary.
@@ -73,6 +81,9 @@ var Table = []HTTPCode{
 	{TokenInvalidated, 401, TypeAuthentication, CategoryAuthentication},
 	{UpstreamBlocked, 502, TypeServer, CategoryFatal},
 	{ProxyError, 500, TypeServer, CategoryFatal},
+	{ProxyOverloaded, 503, TypeServer, CategoryTransient},
+	{ProxyHeadersTooLarge, 431, TypeInvalidRequest, CategoryConfiguration},
+	{UnsupportedParameter, 400, TypeInvalidRequest, CategoryFatal},
 }
 
 // Lookup returns the table row of a proxy-made code.

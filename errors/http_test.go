@@ -21,6 +21,9 @@ var specTable = []HTTPCode{
 	{"token_invalidated", 401, "authentication_error", "authentication_error"},
 	{"upstream_blocked", 502, "server_error", "fatal_error"},
 	{"codex_runtime_rotation_proxy_error", 500, "server_error", "fatal_error"},
+	{"codex_runtime_rotation_proxy_overloaded", 503, "server_error", "transient_error"},
+	{"runtime_rotation_proxy_headers_too_large", 431, "invalid_request_error", "configuration_error"},
+	{"unsupported_parameter", 400, "invalid_request_error", "fatal_error"},
 }
 
 var (

@@ -11,12 +11,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
 // The proxy benchmarks report what a user feels, as custom metrics:
@@ -180,4 +183,43 @@ func BenchmarkStreamMemory(b *testing.B) {
 			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)), "heap-growth-B")
 		})
 	}
+}
+
+// BenchmarkConcurrentStreams is SPEC §4's capacity target: 2,000
+// concurrent streams through one proxy all complete, and none is refused
+// by rotor's own limits. It reports the time for the whole wave and the
+// failures (which must be 0: the benchmark fails otherwise).
+func BenchmarkConcurrentStreams(b *testing.B) {
+	const n = 2000
+	e := newBenchEnv(b)
+	e.up.SetDefault(fakeupstream.Behavior{EventDelay: 20 * time.Millisecond})
+	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		MaxConnsPerHost: n, MaxIdleConnsPerHost: n, DisableCompression: true}}
+	for b.Loop() {
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("POST", e.base+"/v1/responses", strings.NewReader(`{"model":"gpt-5","stream":true,"input":"hi"}`))
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				types, err := sseTypes(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || err != nil || len(types) == 0 || types[len(types)-1] != "response.completed" {
+					failed.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if f := failed.Load(); f > 0 {
+			b.Fatalf("%d of %d concurrent streams failed", f, n)
+		}
+	}
+	b.ReportMetric(n, "streams")
 }

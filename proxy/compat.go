@@ -6,9 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/proxy/chat"
 )
 
 // DroppedForChatGPT are the request parameters the ChatGPT Codex backend
@@ -20,39 +26,145 @@ var DroppedForChatGPT = []string{
 	"temperature", "top_p", "frequency_penalty", "presence_penalty",
 }
 
+// shape is how an upstream's answer becomes the client's.
+type shape int
+
+const (
+	shapeAsIs           shape = iota // relayed byte for byte
+	shapeResponse                    // a Codex stream assembled into one Response object
+	shapeChatStream                  // a Codex stream translated to chat.completion.chunk events
+	shapeChatCompletion              // a Codex stream assembled into one chat.completion
+	shapeModelList                   // the Codex model catalog as OpenAI's model list
+)
+
+// chatgptStage is the body a ChatGPT account gets for c, and the shape of
+// its answer: Responses bodies adapted for generic clients (chatgptBody),
+// Chat Completions translated to Responses (SPEC §7).
+func chatgptStage(c *call) ([]byte, shape, error) {
+	switch c.op {
+	case opResponses:
+		body, asm, err := chatgptBody(c.body)
+		if asm {
+			return body, shapeResponse, err
+		}
+		return body, shapeAsIs, err
+	case opChat:
+		body, err := chat.ToResponses(c.body)
+		if !c.chat.Stream {
+			return body, shapeChatCompletion, err
+		}
+		return body, shapeChatStream, err
+	}
+	return c.body, shapeAsIs, nil
+}
+
 // chatgptBody adapts a Responses request body for the Codex backend, which
 // only streams and does not store: it forces "stream":true and
 // "store":false, supplies "instructions":"" when missing and drops the
 // parameters the backend rejects. assemble reports that the client did not
 // ask for a stream, so the proxy must answer with one Response object. A
-// body that needs nothing (Codex CLI's) is returned as is, byte for byte.
+// body that needs nothing (Codex CLI's) is returned as is, byte for byte;
+// any other is edited in one pass over its top-level members, keeping
+// every byte of the members it does not touch as the client sent them.
 func chatgptBody(body []byte) (out []byte, assemble bool, err error) {
-	stream := gjson.GetBytes(body, "stream")
-	assemble = stream.Type != gjson.True
-	// "instructions":null is as missing: the backend wants a string.
-	instr := gjson.GetBytes(body, "instructions")
-	needs := assemble || gjson.GetBytes(body, "store").Type != gjson.False ||
-		!instr.Exists() || instr.Type == gjson.Null
-	for _, k := range DroppedForChatGPT {
-		needs = needs || gjson.GetBytes(body, k).Exists()
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, false, errNotObject
 	}
-	if !needs {
+	var ms []member
+	var stream, store, instr bool
+	changed := false
+	root.ForEach(func(k, v gjson.Result) bool {
+		m := member{start: k.Index, valStart: v.Index, end: v.Index + len(v.Raw)}
+		switch {
+		case k.Str == "stream":
+			stream = v.Type == gjson.True
+			if !stream {
+				m.repl = []byte("true")
+			}
+		case k.Str == "store":
+			store = true
+			if v.Type != gjson.False {
+				m.repl = []byte("false")
+			}
+		case k.Str == "instructions":
+			// "instructions":null is as missing: the backend wants a string.
+			instr = true
+			if v.Type == gjson.Null {
+				m.repl = []byte(`""`)
+			}
+		case slices.Contains(DroppedForChatGPT, k.Str):
+			m.drop = true
+		}
+		changed = changed || m.drop || m.repl != nil
+		ms = append(ms, m)
+		return true
+	})
+	var add []byte
+	if !stream && !slices.ContainsFunc(ms, func(m member) bool { return m.repl != nil && string(m.repl) == "true" }) {
+		add = append(add, `"stream":true,`...)
+	}
+	if !store {
+		add = append(add, `"store":false,`...)
+	}
+	if !instr {
+		add = append(add, `"instructions":"",`...)
+	}
+	if !changed && len(add) == 0 {
 		return body, false, nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, false, err
+	return splice(body, root.Index, ms, bytes.TrimSuffix(add, []byte(","))), !stream, nil
+}
+
+var errNotObject = errors.New("request body is not a JSON object")
+
+// member is one top-level member of a JSON object: its key starts at
+// start, its value spans valStart to end. repl replaces the value; drop
+// removes the member.
+type member struct {
+	start, valStart, end int
+	repl                 []byte
+	drop                 bool
+}
+
+// splice writes the object at obj in body with its members edited and add
+// (encoded members, comma-separated) appended. Between two members that
+// stay neighbours, and around the object, the client's bytes are kept.
+func splice(body []byte, obj int, ms []member, add []byte) []byte {
+	out := make([]byte, 0, len(body)+len(add)+16)
+	out = append(out, '{')
+	last, wrote := obj+1, false // last: end of the last member written, or the object's start
+	adjacent := true            // nothing dropped since last
+	for _, m := range ms {
+		if m.drop {
+			adjacent = false
+			continue
+		}
+		switch {
+		case adjacent:
+			out = append(out, body[last:m.start]...) // the client's separator, comma and all
+		case wrote:
+			out = append(out, ',')
+		}
+		out = append(out, body[m.start:m.valStart]...)
+		if m.repl != nil {
+			out = append(out, m.repl...)
+		} else {
+			out = append(out, body[m.valStart:m.end]...)
+		}
+		last, wrote, adjacent = m.end, true, true
 	}
-	for _, k := range DroppedForChatGPT {
-		delete(m, k)
+	if len(add) > 0 {
+		if wrote {
+			out = append(out, ',')
+		}
+		out = append(out, add...)
 	}
-	m["stream"] = json.RawMessage("true")
-	m["store"] = json.RawMessage("false")
-	if v, ok := m["instructions"]; !ok || bytes.Equal(v, []byte("null")) {
-		m["instructions"] = json.RawMessage(`""`)
+	end := bytes.LastIndexByte(body, '}')
+	if adjacent && end >= last {
+		return append(out, body[last:end+1]...) // trailing space, then '}'
 	}
-	out, err = json.Marshal(m)
-	return out, assemble, err
+	return append(out, '}')
 }
 
 // bootstrapEvents come before any output; holding them back keeps the
@@ -119,27 +231,31 @@ func failedStreamOutcome(code string) outcome {
 	return outServerError // server_is_overloaded, slow_down and the like
 }
 
-// assembleResponse reads a whole Codex stream and returns the Response
-// object a non-streaming client expects: the final response.completed
-// event's response, with its output filled from the output_item.done
-// events when the backend left it empty. Only the final event and the
-// finished items are kept, not the stream.
-func assembleResponse(stream io.Reader) (body []byte, failure string, err error) {
-	var final []byte
-	var items []json.RawMessage
-	var sc sseScanner
-	sc.onData = func(data []byte) {
-		switch gjson.GetBytes(data, "type").Str {
-		case "response.output_item.done":
-			if it := gjson.GetBytes(data, "item"); it.Exists() {
-				items = append(items, json.RawMessage(it.Raw))
-			}
-		case "response.completed", "response.incomplete":
-			final = []byte(gjson.GetBytes(data, "response").Raw)
-		case "response.failed":
-			failure = cmp.Or(gjson.GetBytes(data, "response.error.code").String(), "response_failed")
-		}
+// assembler builds the one JSON object a non-streaming client expects
+// from the events of a whole Codex stream, keeping only what it needs.
+type assembler interface {
+	Event(data []byte)
+	// Result is the object, or failure != "" when the stream failed or
+	// ended without its final event.
+	Result() (body []byte, failure string)
+}
+
+// newAssembler is the assembler an answer of shape sh needs, nil when the
+// answer is streamed to the client.
+func newAssembler(c *call, sh shape) assembler {
+	switch sh {
+	case shapeResponse:
+		return &responseAssembler{}
+	case shapeChatCompletion:
+		return chat.NewCompletion(chatID(c.rid), c.start.Unix(), c.model)
 	}
+	return nil
+}
+
+// assemble reads a whole stream through asm.
+func assemble(stream io.Reader, asm assembler) (body []byte, failure string, err error) {
+	var sc sseScanner
+	sc.onData = asm.Event
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := stream.Read(buf)
@@ -148,21 +264,83 @@ func assembleResponse(stream io.Reader) (body []byte, failure string, err error)
 			break
 		}
 		if rerr != nil {
+			_, failure = asm.Result()
 			return nil, failure, rerr
 		}
 	}
-	if final == nil {
-		return nil, cmp.Or(failure, "stream_incomplete"), nil
+	body, failure = asm.Result()
+	return body, failure, nil
+}
+
+// responseAssembler builds the Response object: the final
+// response.completed event's response, with its output filled from the
+// output_item.done events when the backend left it empty.
+type responseAssembler struct {
+	final   []byte
+	items   []json.RawMessage
+	failure string
+}
+
+func (a *responseAssembler) Event(data []byte) {
+	switch gjson.GetBytes(data, "type").Str {
+	case "response.output_item.done":
+		if it := gjson.GetBytes(data, "item"); it.Exists() {
+			a.items = append(a.items, json.RawMessage(it.Raw))
+		}
+	case "response.completed", "response.incomplete":
+		a.final = []byte(gjson.GetBytes(data, "response").Raw)
+	case "response.failed":
+		a.failure = cmp.Or(gjson.GetBytes(data, "response.error.code").String(), "response_failed")
 	}
-	if out := gjson.GetBytes(final, "output"); len(items) > 0 && (!out.Exists() || len(out.Array()) == 0) {
+}
+
+func (a *responseAssembler) Result() ([]byte, string) {
+	if a.final == nil {
+		return nil, cmp.Or(a.failure, "stream_incomplete")
+	}
+	final := a.final
+	if out := gjson.GetBytes(final, "output"); len(a.items) > 0 && (!out.Exists() || len(out.Array()) == 0) {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(final, &m); err != nil {
-			return nil, "", err
+			return nil, "stream_incomplete"
 		}
-		m["output"], _ = json.Marshal(items)
+		m["output"], _ = json.Marshal(a.items)
 		final, _ = json.Marshal(m)
 	}
-	return final, "", nil
+	return final, ""
+}
+
+// chatID is the chatcmpl- id of the Chat Completions answer to request rid.
+func chatID(rid string) string { return "chatcmpl-" + strings.TrimPrefix(rid, "rotor_") }
+
+// modelList turns the Codex backend's model catalog
+// ({"models":[{"slug":...},...]}) into OpenAI's list shape. An answer
+// that is already a list passes as it is.
+func modelList(catalog []byte, now time.Time) []byte {
+	if gjson.GetBytes(catalog, "object").Str == "list" {
+		return catalog
+	}
+	b := append(make([]byte, 0, 256), `{"object":"list","data":[`...)
+	n := 0
+	for _, m := range gjson.GetBytes(catalog, "models").Array() {
+		id := m.Get("slug")
+		if id.Type != gjson.String {
+			id = m.Get("id")
+		}
+		if id.Type != gjson.String || id.Str == "" {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = append(b, `{"id":`...)
+		b = append(b, id.Raw...)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, now.Unix(), 10)
+		b = append(b, `,"owned_by":"openai"}`...)
+	}
+	return append(b, "]}"...)
 }
 
 // sseAnswer reports whether resp is a server-sent event stream.

@@ -316,6 +316,20 @@ func TestChatGPTBody(t *testing.T) {
 		})
 	}
 
+	// Edits splice bytes: every member rotor does not touch keeps the
+	// client's bytes (no reordering, no re-escaping of <, > and &), and so
+	// do the separators between members that stay neighbours.
+	for in, want := range map[string]string{
+		`{"model":"m", "input":"<b>&amp;</b>\u00e9", "temperature":0.5, "stream":false}`: `{"model":"m", "input":"<b>&amp;</b>\u00e9","stream":true,"store":false,"instructions":""}`,
+		`{ "top_p":1, "model":"m" }`: `{"model":"m","stream":true,"store":false,"instructions":"" }`,
+		`{}`:                         `{"stream":true,"store":false,"instructions":""}`,
+		"{\n  \"instructions\": null,\n  \"store\": true,\n  \"stream\": true\n}": "{\n  \"instructions\": \"\",\n  \"store\": false,\n  \"stream\": true\n}",
+	} {
+		if out, _, err := chatgptBody([]byte(in)); err != nil || string(out) != want {
+			t.Errorf("chatgptBody(%s)\n got %s\nwant %s (%v)", in, out, want, err)
+		}
+	}
+
 	if _, _, err := chatgptBody([]byte(`[1,2]`)); err == nil {
 		t.Error("a JSON array was accepted as a request object")
 	}
@@ -344,7 +358,7 @@ func TestAssembleResponseHello(t *testing.T) {
 		"crlf":         bytes.NewReader(bytes.ReplaceAll(raw, []byte("\n"), []byte("\r\n"))),
 	} {
 		t.Run(name, func(t *testing.T) {
-			body, failure, err := assembleResponse(r)
+			body, failure, err := assemble(r, &responseAssembler{})
 			if err != nil || failure != "" {
 				t.Fatalf("failure %q err %v", failure, err)
 			}
@@ -358,7 +372,7 @@ func TestAssembleResponseHello(t *testing.T) {
 }
 
 func TestAssembleResponseToolCall(t *testing.T) {
-	body, failure, err := assembleResponse(bytes.NewReader(compatFixture(t, "sse/tool_call.sse")))
+	body, failure, err := assemble(bytes.NewReader(compatFixture(t, "sse/tool_call.sse")), &responseAssembler{})
 	if err != nil || failure != "" {
 		t.Fatalf("failure %q err %v", failure, err)
 	}
@@ -385,7 +399,7 @@ func TestAssembleResponseFillsEmptyOutput(t *testing.T) {
 		t.Fatal("fixture layout changed")
 	}
 	emptied := append(append(append([]byte(nil), raw[:i]...), `"output":[`...), raw[i+j:]...)
-	body, failure, err := assembleResponse(bytes.NewReader(emptied))
+	body, failure, err := assemble(bytes.NewReader(emptied), &responseAssembler{})
 	if err != nil || failure != "" {
 		t.Fatalf("failure %q err %v", failure, err)
 	}
@@ -393,17 +407,17 @@ func TestAssembleResponseFillsEmptyOutput(t *testing.T) {
 }
 
 func TestAssembleResponseFailures(t *testing.T) {
-	body, failure, err := assembleResponse(bytes.NewReader(compatFixture(t, "sse/failed_overloaded.sse")))
+	body, failure, err := assemble(bytes.NewReader(compatFixture(t, "sse/failed_overloaded.sse")), &responseAssembler{})
 	if err != nil || body != nil || failure != "server_is_overloaded" {
 		t.Errorf("failed stream: body %q failure %q err %v", body, failure, err)
 	}
 	raw := compatFixture(t, "sse/hello.sse")
 	cut := raw[:bytes.Index(raw, []byte("event: response.completed"))]
-	body, failure, err = assembleResponse(bytes.NewReader(cut))
+	body, failure, err = assemble(bytes.NewReader(cut), &responseAssembler{})
 	if err != nil || body != nil || failure != "stream_incomplete" {
 		t.Errorf("cut stream: body %q failure %q err %v", body, failure, err)
 	}
-	body, _, err = assembleResponse(io.MultiReader(bytes.NewReader(cut), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	body, _, err = assemble(io.MultiReader(bytes.NewReader(cut), iotest.ErrReader(io.ErrUnexpectedEOF)), &responseAssembler{})
 	if err != io.ErrUnexpectedEOF || body != nil {
 		t.Errorf("broken stream: body %q err %v", body, err)
 	}

@@ -30,6 +30,8 @@ const (
 	outBlocked
 	outServerError
 	outNetworkError
+	outUnreachable
+	outOverloaded
 	outClientError
 	outCount
 )
@@ -86,6 +88,16 @@ var failover = [outCount]rule{
 		mark: func(s *Server, ch *rotation.Choice, res *result) {
 			s.rt().Failure(ch.Account.ID, rotation.CooldownNetworkError, rotation.NetworkErrorCooldown)
 		}},
+	outUnreachable: {name: "unreachable", reason: "network-error", rotate: true,
+		mark: func(s *Server, ch *rotation.Choice, res *result) {
+			s.endpoints.markDown(res.endpoint, res.err)
+		}},
+	outOverloaded: {name: "overloaded",
+		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
+			return rerr.Spec{Code: rerr.ProxyOverloaded, RetryAfter: overloadedRetry,
+				Message: "rotor is at its own connection limit; no account is at fault, try again shortly",
+				Extra:   []rerr.Field{{Key: "retry_after_ms", Value: overloadedRetry.Milliseconds()}}}
+		}},
 	outClientError: {name: "client-error",
 		mark: func(s *Server, ch *rotation.Choice, res *result) {
 			s.rt().Used(ch.Account.ID, res.status)
@@ -94,6 +106,9 @@ var failover = [outCount]rule{
 			return upstreamSpec(res)
 		}},
 }
+
+// overloadedRetry is the wait suggested when rotor's own limits are reached.
+const overloadedRetry = time.Second
 
 func (s *Server) rt() *rotation.Runtime { return s.deps.Selector.Runtime() }
 
@@ -323,8 +338,19 @@ func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
 		// account can serve right now, so the earliest recovery is now.
 		retryAfter, retryMS = 0, 0
 	}
-	spec := rerr.Spec{Code: rerr.PoolExhausted, RetryAfter: retryAfter,
-		Message: fmt.Sprintf("no account can serve this request now (%s); run \"rotor rotation status\" for details", reason),
+	msg := fmt.Sprintf("no account can serve this request now (%s); run \"rotor rotation status\" for details", reason)
+	cat := ""
+	switch {
+	case reason == "no-account":
+		// Waiting does not help: the pool needs an account. No
+		// Retry-After, so SDKs do not retry it.
+		cat, retryAfter, retryMS = rerr.CategoryConfiguration, 0, 0
+		msg = "rotor has no enabled account: add one with \"rotor login\", \"rotor import codex\" or \"rotor add-key\" (or \"rotor enable <index>\")"
+	case reason == "network-error" && c.netErr != nil:
+		msg = fmt.Sprintf("cannot reach the upstream %s (%v) and no account on another endpoint can serve; check your network", c.unreachable[len(c.unreachable)-1], c.netErr)
+	}
+	spec := rerr.Spec{Code: rerr.PoolExhausted, RetryAfter: retryAfter, Category: cat,
+		Message: msg,
 		Extra: []rerr.Field{
 			{Key: "reason", Value: reason},
 			{Key: "retry_after_ms", Value: retryMS},

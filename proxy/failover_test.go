@@ -349,26 +349,28 @@ func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 }
 
-func TestConnectErrorCoolsDownAndRotates(t *testing.T) {
+func TestConnectErrorMarksTheEndpointNotTheAccount(t *testing.T) {
 	e := newEnv(t, twoAPIKeys())
-	e.setBaseURL(1, "http://"+closedPort(t)+"/v1")
+	dead := closedPort(t)
+	e.setBaseURL(1, "http://"+dead+"/v1")
 	e.prefer(1)
-	start := time.Now()
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 	e.expectCounts(map[string]int{"bad": 0, "good": 1})
-	st := e.state(1)
-	if st.CooldownReason != rotation.CooldownNetworkError {
-		t.Fatalf("state %+v", st)
+	// The account did nothing wrong: no cooldown, no failure on record.
+	if st := e.state(1); !st.CooldownUntil.IsZero() || len(st.Failures) != 0 {
+		t.Fatalf("the account behind an unreachable endpoint was marked: %+v", st)
 	}
-	near(t, "cooldown_until", st.CooldownUntil, start.Add(rotation.NetworkErrorCooldown), time.Second+time.Since(start))
-	if s := e.status(1); s.State != "cooling-down:network-error" {
-		t.Errorf("state %q", s.State)
+	if !e.srv.endpoints.isDown("http://" + dead) {
+		t.Errorf("endpoint %s is not marked unreachable", dead)
 	}
 }
 
-func TestHungUpstreamCountsAsNetworkError(t *testing.T) {
-	e := newEnv(t, twoAPIKeys(), stallTimeout(300*time.Millisecond))
+func TestHungUpstreamMarksItsEndpoint(t *testing.T) {
+	e := newEnv(t, twoAPIKeys(), stallTimeout(100*time.Millisecond), responseTimeout(300*time.Millisecond))
 	e.up.Set("bad", fakeupstream.Behavior{HangHeaders: true})
+	// The same fake under another name is another endpoint: the good
+	// account is reached there.
+	e.setBaseURL(2, strings.Replace(e.up.OpenAIBase(), "127.0.0.1", "localhost", 1))
 	e.prefer(1)
 	start := time.Now()
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
@@ -376,8 +378,8 @@ func TestHungUpstreamCountsAsNetworkError(t *testing.T) {
 		t.Errorf("failover after a hung upstream took %s", d)
 	}
 	e.expectCounts(map[string]int{"bad": 1, "good": 1})
-	if s := e.status(1); s.State != "cooling-down:network-error" {
-		t.Errorf("state %q", s.State)
+	if st := e.state(1); !st.CooldownUntil.IsZero() {
+		t.Errorf("account 1 was marked: %+v", st)
 	}
 	eventually(t, 2*time.Second, "the hung upstream request to end", func() bool { return e.up.Open() == 0 })
 }

@@ -2,18 +2,24 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/url"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -23,7 +29,10 @@ type op int
 const (
 	opResponses op = iota
 	opCompact
+	opChat
 	opModels
+	opHealth // answered by rotor itself, never forwarded
+	opCount
 )
 
 type route struct {
@@ -31,15 +40,22 @@ type route struct {
 	op     op
 }
 
-// routes is the proxy's whole surface (SPEC §4).
+// routes is the proxy's whole surface (SPEC §4, §7).
 var routes = map[string]route{
 	"/v1/responses":         {fasthttp.MethodPost, opResponses},
 	"/responses":            {fasthttp.MethodPost, opResponses},
 	"/v1/responses/compact": {fasthttp.MethodPost, opCompact},
 	"/responses/compact":    {fasthttp.MethodPost, opCompact},
+	"/v1/chat/completions":  {fasthttp.MethodPost, opChat},
+	"/chat/completions":     {fasthttp.MethodPost, opChat},
 	"/v1/models":            {fasthttp.MethodGet, opModels},
 	"/models":               {fasthttp.MethodGet, opModels},
+	"/healthz":              {fasthttp.MethodGet, opHealth},
+	"/v1/healthz":           {fasthttp.MethodGet, opHealth},
 }
+
+// surface is the list of routes a 404 names.
+const surface = "POST /v1/responses, POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models and GET /healthz"
 
 // newRequestID returns an id for logs and payloads. It needs to be unique,
 // not secret, so a fast PRNG does.
@@ -73,16 +89,86 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	if code := s.guard(&ctx.Request.Header); code != "" {
+		// The body was not read: the connection cannot carry another
+		// request, and a stranger's upload costs nothing.
+		ctx.SetConnectionClose()
 		s.fail(ctx, rid, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		return
 	}
 	rt, ok := routes[string(ctx.Path())]
 	if !ok || string(ctx.Method()) != rt.method {
+		ctx.SetConnectionClose()
 		s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyNotFound,
-			Message: "rotor serves POST /v1/responses, POST /v1/responses/compact and GET /v1/models"}, nil)
+			Message: fmt.Sprintf("rotor does not serve %s %s; it serves %s", ctx.Method(), ctx.Path(), surface)}, nil)
 		return
 	}
-	s.forward(ctx, rid, rt.op)
+	if rt.op == opHealth {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+		return
+	}
+	body, release, spec := s.readBody(ctx)
+	defer release()
+	if spec != nil {
+		ctx.SetConnectionClose()
+		s.fail(ctx, rid, *spec, nil)
+		return
+	}
+	s.forward(ctx, rid, rt.op, body)
+}
+
+// bodyPool recycles request body buffers: long Codex sessions send the
+// whole history, megabytes, with every turn.
+var bodyPool sync.Pool
+
+// maxPooledBody keeps a rare huge body from pinning its buffer forever.
+const maxPooledBody = 8 << 20
+
+// readBody reads the request body, at most MaxBody bytes whether its
+// length is declared or chunked. release returns the buffer; the body
+// must not be used after it.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func(), spec *rerr.Spec) {
+	release = func() {}
+	tooLarge := &rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
+		Message: "request body is larger than the proxy accepts (--max-body)",
+		Extra:   []rerr.Field{{Key: "max_bytes", Value: s.cfg.MaxBody}}}
+	n := ctx.Request.Header.ContentLength()
+	if n > s.cfg.MaxBody {
+		return nil, release, tooLarge
+	}
+	stream := ctx.RequestBodyStream()
+	if stream == nil || n == 0 {
+		return ctx.Request.Body(), release, nil
+	}
+	var buf []byte
+	if p, ok := bodyPool.Get().(*[]byte); ok {
+		buf = (*p)[:0]
+	}
+	if n > cap(buf) {
+		buf = make([]byte, 0, n)
+	}
+	release = func() {
+		if cap(buf) <= maxPooledBody {
+			buf = buf[:0]
+			bodyPool.Put(&buf)
+		}
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := stream.Read(buf[len(buf):min(cap(buf), s.cfg.MaxBody+1)])
+		buf = buf[:len(buf)+m]
+		if len(buf) > s.cfg.MaxBody {
+			return nil, release, tooLarge
+		}
+		if err == io.EOF {
+			return buf, release, nil
+		}
+		if err != nil {
+			return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
+		}
+	}
 }
 
 var guardMessages = map[string]string{
@@ -135,21 +221,22 @@ func loopbackOrigin(o []byte) bool {
 	return LoopbackHost(u.Hostname())
 }
 
-// handleParseError answers requests fasthttp could not read. The guard still
-// runs first, so an unknown caller learns nothing but 401.
+// handleParseError answers requests fasthttp could not read. Headers too
+// large for the read buffer get 431 at once (a partly read header says
+// nothing about the caller); otherwise the guard still runs first, so an
+// unknown caller learns nothing but 401.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	rid := newRequestID()
 	ctx.Response.Header.Set("x-request-id", rid)
-	if code := s.guard(&ctx.Request.Header); code != "" {
-		s.fail(ctx, rid, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
+	ctx.SetConnectionClose()
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyHeadersTooLarge,
+			Message: fmt.Sprintf("request headers are larger than the proxy accepts (%d KiB)", MaxHeaderBytes>>10)}, nil)
 		return
 	}
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		s.fail(ctx, rid, rerr.Spec{
-			Code:    rerr.ProxyPayloadTooLarge,
-			Message: "request body is larger than the proxy accepts (--max-body)",
-			Extra:   []rerr.Field{{Key: "max_bytes", Value: s.cfg.MaxBody}},
-		}, nil)
+	if code := s.guard(&ctx.Request.Header); code != "" {
+		s.fail(ctx, rid, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		return
 	}
 	s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "malformed HTTP request"}, nil)
@@ -199,6 +286,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 
 // call is one client request on its way through the failover loop.
 type call struct {
+	s           *Server
 	ctx         *fasthttp.RequestCtx
 	rid         string
 	op          op
@@ -212,43 +300,96 @@ type call struct {
 
 	encoded bool // the body has a Content-Encoding: opaque to rotor
 
+	// chat is what a Chat Completions body asks for (op == opChat).
+	chat chat.Request
+	// codexClient: a models request from Codex CLI, which gets the Codex
+	// catalog as it is.
+	codexClient bool
+
 	// The body as ChatGPT accounts get it, made on first use (compat.go).
 	chatgpt     []byte
-	assemble    bool
+	chatgptSh   shape
 	chatgptErr  error
 	chatgptMade bool
+
+	// Endpoints this request could not reach: no other account behind
+	// them is tried. probing lets one attempt through to an endpoint
+	// known to be down, when nothing else can serve.
+	unreachable []string
+	probing     bool
+	netErr      error // the last connect failure, for the client's message
 }
 
-func (c *call) chatgptBody() ([]byte, bool, error) {
+// upstreamBody is the body and answer shape for an account of kind a.
+func (c *call) upstreamBody(kind accounts.Kind) ([]byte, shape, error) {
+	if kind != accounts.KindChatGPT || c.encoded {
+		return c.body, shapeAsIs, nil
+	}
 	if !c.chatgptMade {
-		c.chatgpt, c.assemble, c.chatgptErr = chatgptBody(c.body)
+		c.chatgpt, c.chatgptSh, c.chatgptErr = chatgptStage(c)
 		c.chatgptMade = true
 	}
-	return c.chatgpt, c.assemble, c.chatgptErr
+	return c.chatgpt, c.chatgptSh, c.chatgptErr
 }
 
-func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {
-	c := &call{ctx: ctx, rid: rid, op: o, body: ctx.PostBody(), start: time.Now()}
+// skip keeps out of this request the accounts it must not use (see
+// rotation.Request.Skip).
+func (c *call) skip(a *accounts.Account) string {
+	if c.chat.Unsupported != "" && a.Kind == accounts.KindChatGPT {
+		return skipUnsupported
+	}
+	if len(c.unreachable) == 0 && !c.s.endpoints.anyDown() {
+		return ""
+	}
+	ep := c.s.endpointOf(a)
+	if slices.Contains(c.unreachable, ep) || !c.probing && c.s.endpoints.isDown(ep) {
+		return rotation.CoolingDown(rotation.CooldownNetworkError)
+	}
+	return ""
+}
+
+// skipUnsupported is the skip reason of a ChatGPT account for a Chat
+// Completions request only an API-key account can serve.
+const skipUnsupported = "unsupported-parameter"
+
+func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte) {
+	c := &call{s: s, ctx: ctx, rid: rid, op: o, body: body, start: time.Now()}
 	// A compressed body (Content-Encoding) is forwarded as it came, with
 	// its header: rotor reads nothing in it and rewrites nothing.
 	c.encoded = len(ctx.Request.Header.ContentEncoding()) > 0 &&
 		!bytes.EqualFold(ctx.Request.Header.ContentEncoding(), []byte("identity"))
-	body := c.body
-	if c.encoded {
-		body = nil
+	if o == opModels {
+		c.codexClient = ctx.QueryArgs().Has("client_version")
 	}
 	if o != opModels && !c.encoded {
 		if !gjson.ValidBytes(c.body) {
 			s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not valid JSON"}, c)
 			return
 		}
-		c.model = gjson.GetBytes(c.body, "model").String()
+		if o == opChat {
+			var err error
+			if c.chat, err = chat.Parse(c.body); err != nil {
+				s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: err.Error()}, c)
+				return
+			}
+			c.model = c.chat.Model
+		} else {
+			c.model = gjson.GetBytes(c.body, "model").String()
+		}
 	}
-	c.affinityKey = affinityKey(&ctx.Request.Header, body)
+	if !c.encoded {
+		c.affinityKey = affinityKey(&ctx.Request.Header, c.body)
+	} else {
+		c.affinityKey = affinityKey(&ctx.Request.Header, nil)
+	}
 	sel := s.deps.Selector
 	req := rotation.Request{AffinityKey: c.affinityKey}
 	for {
 		req.Attempted = c.attempted
+		req.Skip = nil
+		if c.chat.Unsupported != "" || len(c.unreachable) > 0 || s.endpoints.anyDown() {
+			req.Skip = c.skip
+		}
 		// At most min(usable accounts, MaxAttempts) attempts: every pick is
 		// a usable account not attempted yet, so Pick itself refuses once
 		// the usable ones are spent; only the cap needs counting here.
@@ -258,6 +399,19 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {
 		}
 		choice, ref := sel.Pick(&req)
 		if ref != nil {
+			if !c.probing && s.endpoints.anyDown() {
+				// Only accounts behind an endpoint that failed lately are
+				// left: try one of them rather than refuse, so the first
+				// request after the network is back succeeds.
+				c.probing = true
+				continue
+			}
+			if c.chat.Unsupported != "" && len(c.attempted) == 0 {
+				s.fail(ctx, rid, rerr.Spec{Code: rerr.UnsupportedParameter,
+					Message: fmt.Sprintf("%q cannot be served by a ChatGPT account and no API-key account can serve now; add one with \"rotor add-key\" or drop the parameter", c.chat.Unsupported),
+					Extra:   []rerr.Field{{Key: "param", Value: c.chat.Unsupported}}}, c)
+				return
+			}
 			s.exhausted(c, ref)
 			return
 		}
@@ -266,41 +420,87 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op) {
 		res := s.attempt(c, &choice)
 		c.outcomes = append(c.outcomes, res.out)
 		rule := failover[res.out]
-		if rule.mark != nil {
+		gone := res.out != outOK && clientGone(ctx)
+		if rule.mark != nil && !gone {
 			rule.mark(s, &choice, res)
+		}
+		if res.out == outUnreachable {
+			c.unreachable = append(c.unreachable, res.endpoint)
+			c.netErr = res.err
 		}
 		if res.out == outOK {
 			sel.Bind(c.affinityKey, choice.Account.ID)
 			s.relay(c, &choice, res)
 			return
 		}
+		if gone {
+			// Nobody is waiting: no more attempts, and nobody is blamed
+			// for an answer no one asked for any more.
+			s.clientLeft(c)
+			return
+		}
 		if !rule.rotate {
 			s.fail(ctx, rid, rule.respond(c, &choice, res), c)
 			return
 		}
-		s.deps.Log.Info().Str("request_id", rid).Int("account", choice.Index).
-			Str("outcome", rule.name).Int("upstream_status", res.status).Msg("failover: trying another account")
+		ev := s.deps.Log.Info().Str("request_id", rid).Int("account", choice.Index).
+			Str("outcome", rule.name).Int("upstream_status", res.status)
+		if res.err != nil {
+			ev = ev.AnErr("upstream_error", res.err)
+		}
+		ev.Msg("failover: trying another account")
 	}
 }
 
+// clientLeft records a request whose client went away before its answer.
+func (s *Server) clientLeft(c *call) {
+	rec := rotation.Usage{Time: s.deps.Clock.Now().UTC(), RequestID: c.rid, Model: c.model,
+		Status: statusClientClosed, Code: codeClientClosed, DurMS: time.Since(c.start).Milliseconds()}
+	if n := len(c.attempted); n > 0 {
+		rec.AccountID = c.attempted[n-1]
+	}
+	if s.deps.Usage != nil {
+		s.deps.Usage.Append(rec)
+	}
+	s.deps.Log.Info().Str("request_id", c.rid).Int("status", rec.Status).Str("code", rec.Code).
+		Str("model", c.model).Int("attempts", len(c.attempted)).Int64("duration_ms", rec.DurMS).
+		Msg("request")
+}
+
+// statusClientClosed and codeClientClosed record a client that left.
+const (
+	statusClientClosed = 499
+	codeClientClosed   = "client_closed"
+)
+
 // affinityKey is the conversation a request belongs to: the session_id or
 // conversation_id header, else the body's prompt_cache_key, else its
-// previous_response_id.
+// previous_response_id. It is a fixed-size digest, so a client cannot make
+// rotor hold megabytes of keys for the affinity's lifetime.
 func affinityKey(h *fasthttp.RequestHeader, body []byte) string {
 	if v := h.Peek("session_id"); len(v) > 0 {
-		return "s:" + string(v)
+		return digestKey('s', v)
 	}
 	if v := h.Peek("conversation_id"); len(v) > 0 {
-		return "s:" + string(v)
+		return digestKey('s', v)
 	}
 	if len(body) == 0 {
 		return ""
 	}
 	if v := gjson.GetBytes(body, "prompt_cache_key"); v.Type == gjson.String && v.Str != "" {
-		return "p:" + v.Str
+		return digestKey('p', []byte(v.Str))
 	}
 	if v := gjson.GetBytes(body, "previous_response_id"); v.Type == gjson.String && v.Str != "" {
-		return "r:" + v.Str
+		return digestKey('r', []byte(v.Str))
 	}
 	return ""
+}
+
+// digestKey is kind followed by the SHA-256 of v.
+func digestKey(kind byte, v []byte) string {
+	sum := sha256.Sum256(v)
+	var b [1 + sha256.Size]byte
+	b[0] = kind
+	copy(b[1:], sum[:])
+	return string(b[:])
 }

@@ -42,6 +42,11 @@ func withRefresher(r Refresher) peerOption { return func(p *peerConfig) { p.refr
 // stallTimeout sets Config.StallTimeout.
 func stallTimeout(d time.Duration) envOption { return func(c *Config) { c.StallTimeout = d } }
 
+// responseTimeout sets Config.ResponseTimeout.
+func responseTimeout(d time.Duration) envOption {
+	return func(c *Config) { c.ResponseTimeout = d }
+}
+
 // peer starts a second proxy on e's ROTOR_HOME and in front of e's fake
 // upstream: its own store handle, secrets, runtime state, selector and
 // usage log, like a second `rotor serve` on the same machine. The returned

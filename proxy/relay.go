@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -36,6 +39,19 @@ type relay struct {
 	isJSON  bool
 	tokens  *rotation.Tokens
 	failure string // code of a response.failed event
+
+	// Chat Completions on a ChatGPT account: the Codex events are
+	// translated as they arrive. in is the upstream read buffer, out the
+	// translated bytes not yet handed over (from outOff on), cut that the
+	// answer ended before the upstream's stream did.
+	chat   *chat.Stream
+	in     []byte
+	out    []byte
+	outOff int
+	cut    bool
+	// chunks: the upstream itself streams Chat Completions chunks
+	// (API-key accounts), whose usage rotor reads as they pass.
+	chunks bool
 }
 
 const maxJSONUsage = 8 << 20
@@ -74,12 +90,63 @@ func (s *Server) relay(c *call, ch *rotation.Choice, res *result) {
 	}
 	r.isJSON = bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("application/json"))
 	r.scan.onData = r.onEvent
+	r.chunks = c.op == opChat && res.shape == shapeAsIs
+	if res.shape == shapeChatStream && res.assembled == nil {
+		r.chat = chat.NewStream(chatID(c.rid), c.start.Unix(), c.model, c.chat.IncludeUsage,
+			func(code, message string) []byte { return streamError(c.rid, code, message) })
+		r.in = make([]byte, 8<<10)
+		n = -1
+	}
+	if n < 0 && !ctx.Request.Header.IsHTTP11() {
+		relayHTTP10(ctx, r)
+		return
+	}
 	ctx.SetBodyStream(r, n)
+}
+
+// streamError is the error event of a stream that fails after its first
+// byte, in SPEC §4's error shape.
+func streamError(rid, code, message string) []byte {
+	status := 500
+	if failedStreamOutcome(code) == outUsageLimit {
+		status = 429
+	}
+	return rerr.Build(rerr.Spec{Code: code, Status: status, Message: message, RequestID: rid}).Body
+}
+
+// relayHTTP10 streams an answer of unknown length to an HTTP/1.0 client,
+// which does not understand chunked framing: the body runs until the
+// connection closes. fasthttp would frame it chunked, so the connection
+// is taken over once the handler returns.
+func relayHTTP10(ctx *fasthttp.RequestCtx, r *relay) {
+	ctx.Response.Header.SetContentLength(-2) // identity body; sets Connection: close
+	head := ctx.Response.Header.AppendBytes(nil)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		_, err := c.Write(head)
+		buf := make([]byte, 8<<10)
+		for err == nil {
+			var n int
+			n, err = r.Read(buf)
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+		}
+		if err == io.EOF || errors.Is(err, r.err) {
+			err = nil // the answer's own end, not the client's
+		}
+		r.CloseWithError(err)
+	})
 }
 
 // Read hands the server the next bytes of the answer as soon as the
 // upstream sends them.
 func (r *relay) Read(p []byte) (int, error) {
+	if r.chat != nil {
+		return r.readChat(p)
+	}
 	if len(r.pending) > 0 {
 		n := copy(p, r.pending)
 		r.pending = r.pending[n:]
@@ -99,6 +166,44 @@ func (r *relay) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readChat hands the server the chat chunks translated from the
+// upstream's next bytes: each read from the upstream is translated and
+// handed on before the next, so nothing waits in rotor.
+func (r *relay) readChat(p []byte) (int, error) {
+	for r.outOff == len(r.out) {
+		r.out, r.outOff = r.out[:0], 0
+		switch {
+		case r.chat.Done():
+			if r.err == nil {
+				r.err, r.cut = io.EOF, true
+			}
+			return 0, io.EOF
+		case r.err != nil:
+			if r.err == io.EOF {
+				r.err = io.ErrUnexpectedEOF // ended without its final event
+			}
+			r.out = r.chat.Fail(r.out, "stream_interrupted", "the upstream stream broke before the answer was complete")
+			if len(r.out) == 0 {
+				return 0, io.EOF
+			}
+			continue
+		}
+		b := r.pending
+		r.pending = nil
+		if len(b) == 0 {
+			n, err := r.body.Read(r.in)
+			b = r.in[:n]
+			if err != nil {
+				r.err = err
+			}
+		}
+		r.observe(b)
+	}
+	n := copy(p, r.out[r.outOff:])
+	r.outOff += n
+	return n, nil
+}
+
 func (r *relay) observe(b []byte) {
 	if r.ttfb == 0 {
 		r.ttfb = time.Since(r.start)
@@ -112,8 +217,12 @@ func (r *relay) observe(b []byte) {
 	r.scan.feed(b)
 }
 
-// onEvent reads one SSE data line; only a handful of event types matter.
+// onEvent reads one SSE data line; only a handful of event types matter
+// to rotor, and a chat translation sees every one.
 func (r *relay) onEvent(data []byte) {
+	if r.chat != nil {
+		r.out = r.chat.Event(r.out, data)
+	}
 	switch gjson.GetBytes(data, "type").Str {
 	case "response.completed", "response.done", "response.incomplete":
 		r.tokens = usageOf(gjson.GetBytes(data, "response.usage"))
@@ -124,18 +233,34 @@ func (r *relay) onEvent(data []byte) {
 		if q := quotaFromEvent(r.s.deps.Clock.Now(), data); q != nil {
 			r.s.rt().SetQuota(r.choice.Account.ID, *q)
 		}
+	case "":
+		// A Chat Completions chunk: usage rides on one of them
+		// (stream_options.include_usage), usually the last.
+		if r.chunks {
+			if u := usageOf(gjson.GetBytes(data, "usage")); u != nil {
+				r.tokens = u
+			}
+		}
 	}
 }
 
+// usageOf reads a usage object in either API's names: the Responses API's
+// input/output tokens or Chat Completions' prompt/completion tokens.
 func usageOf(u gjson.Result) *rotation.Tokens {
 	if !u.IsObject() {
 		return nil
 	}
+	either := func(a, b string) int64 {
+		if v := u.Get(a); v.Exists() {
+			return v.Int()
+		}
+		return u.Get(b).Int()
+	}
 	return &rotation.Tokens{
-		Input:     u.Get("input_tokens").Int(),
-		Cached:    u.Get("input_tokens_details.cached_tokens").Int(),
-		Output:    u.Get("output_tokens").Int(),
-		Reasoning: u.Get("output_tokens_details.reasoning_tokens").Int(),
+		Input:     either("input_tokens", "prompt_tokens"),
+		Cached:    either("input_tokens_details.cached_tokens", "prompt_tokens_details.cached_tokens"),
+		Output:    either("output_tokens", "completion_tokens"),
+		Reasoning: either("output_tokens_details.reasoning_tokens", "completion_tokens_details.reasoning_tokens"),
 		Total:     u.Get("total_tokens").Int(),
 	}
 }
@@ -154,7 +279,11 @@ func (r *relay) CloseWithError(wErr error) error {
 		if r.isJSON {
 			r.tokens = usageOf(gjson.GetBytes(r.json, "usage"))
 		}
-		r.resp.CloseBodyStream()
+		if r.cut {
+			closeStream(r.resp, errCut) // unread bytes: the connection cannot be reused
+		} else {
+			r.resp.CloseBodyStream()
+		}
 	case r.err != nil:
 		// The upstream broke or stalled mid-stream: its fault, and too late
 		// to fail over.
@@ -165,7 +294,7 @@ func (r *relay) CloseWithError(wErr error) error {
 		// The client left: cancel the upstream request by closing its
 		// connection; the account did nothing wrong.
 		rt.Used(id, r.status)
-		status, code = 499, "client_closed"
+		status, code = statusClientClosed, codeClientClosed
 		closeStream(r.resp, errClientGone)
 	}
 	fasthttp.ReleaseResponse(r.resp)

@@ -31,7 +31,22 @@ const (
 	DefaultMaxAttempts    = 4
 	DefaultStallTimeout   = 45 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
-	DrainTimeout          = 30 * time.Second
+	// DefaultResponseTimeout bounds the wait for an upstream's first
+	// response byte. It is long because a non-streamed answer with high
+	// reasoning effort only starts once it is complete.
+	DefaultResponseTimeout = 10 * time.Minute
+	// DefaultMaxUpstreamConns is how many connections rotor keeps open to
+	// one upstream host: every stream holds one for its whole length, and
+	// SPEC §4 asks for 2,000 concurrent streams on one serve.
+	DefaultMaxUpstreamConns = 8192
+	// DefaultConnWait bounds how long a request waits for a free upstream
+	// connection once DefaultMaxUpstreamConns are busy, before it is told
+	// rotor is overloaded.
+	DefaultConnWait = 10 * time.Second
+	// MaxHeaderBytes is the largest request header block served (SPEC §4);
+	// a larger one gets 431.
+	MaxHeaderBytes = 64 << 10
+	DrainTimeout   = 30 * time.Second
 	// DefaultChatGPTBase and DefaultOpenAIBase are the upstream bases when
 	// ROTOR_CHATGPT_BASE_URL / ROTOR_OPENAI_BASE_URL are not set (SPEC §2).
 	DefaultChatGPTBase = "https://chatgpt.com/backend-api"
@@ -41,12 +56,20 @@ const (
 // Config holds the proxy's settings. Zero values take the defaults.
 type Config struct {
 	// ClientKey is the key clients must present (Bearer or x-api-key).
-	ClientKey    string
-	MaxBody      int
-	MaxAttempts  int
+	ClientKey   string
+	MaxBody     int
+	MaxAttempts int
+	// StallTimeout cuts a started answer after this long without a byte.
 	StallTimeout time.Duration
+	// ResponseTimeout bounds the wait for the first byte of an upstream's
+	// answer; it is not the stall timeout.
+	ResponseTimeout time.Duration
 	// ConnectTimeout bounds dialing an upstream.
 	ConnectTimeout time.Duration
+	// MaxUpstreamConns caps the connections to one upstream host; a
+	// request that finds none free waits up to ConnWait.
+	MaxUpstreamConns int
+	ConnWait         time.Duration
 	// ChatGPTBase and OpenAIBase are the upstream bases of the two account
 	// kinds (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL).
 	ChatGPTBase string
@@ -65,6 +88,15 @@ func (c *Config) defaults() {
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.ResponseTimeout <= 0 {
+		c.ResponseTimeout = DefaultResponseTimeout
+	}
+	if c.MaxUpstreamConns <= 0 {
+		c.MaxUpstreamConns = DefaultMaxUpstreamConns
+	}
+	if c.ConnWait <= 0 {
+		c.ConnWait = DefaultConnWait
 	}
 	if c.ChatGPTBase == "" {
 		c.ChatGPTBase = DefaultChatGPTBase
@@ -117,6 +149,7 @@ type Server struct {
 	client    *fasthttp.Client
 	srv       *fasthttp.Server
 	secrets   *secretCache
+	endpoints *endpoints
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -133,13 +166,21 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		deps:      deps,
 		keyDigest: sha256.Sum256([]byte(cfg.ClientKey)),
 		secrets:   newSecretCache(deps.Secrets),
+		endpoints: newEndpoints(deps.Clock),
 	}
-	s.client = newUpstreamClient(cfg.ConnectTimeout, cfg.StallTimeout)
+	s.client = newUpstreamClient(&cfg)
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,
 		Name:               "rotor",
 		MaxRequestBodySize: cfg.MaxBody,
+		// The handler runs once the headers are in, so the guard refuses a
+		// stranger before a byte of the body is read; the handler reads
+		// the body itself, bounded by MaxBody.
+		StreamRequestBody: true,
+		// The whole header block must fit the read buffer: headers up to
+		// MaxHeaderBytes are served, larger ones get 431.
+		ReadBufferSize: MaxHeaderBytes + 8<<10,
 		// ReadTimeout bounds reading a request; there is deliberately no
 		// WriteTimeout, which would cap a whole stream rather than a gap.
 		ReadTimeout:                   2 * time.Minute,
@@ -157,7 +198,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Serve answers requests on ln until Shutdown. It returns nil after a clean
 // shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.srv.Serve(ln)
+	err := s.srv.Serve(retryListener{Listener: ln, log: s.deps.Log})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -191,6 +232,29 @@ func LoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// retryListener keeps accepting through errors that pass, such as running
+// out of file descriptors: fasthttp treats every accept error but a
+// timeout as fatal, which would let any local process stop serve by
+// opening connections. It backs off like net/http, up to a second, and
+// logs each error at warn.
+type retryListener struct {
+	net.Listener
+	log zerolog.Logger
+}
+
+func (l retryListener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			return c, err
+		}
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		l.log.Warn().Err(err).Dur("retry_in", delay).Msg("cannot accept a connection; retrying")
+		time.Sleep(delay)
+	}
 }
 
 type fasthttpLogger struct{ l zerolog.Logger }

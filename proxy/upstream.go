@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -8,19 +9,21 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
 // adapter turns a client request into the upstream request of one account
 // kind (SPEC §4 Upstream adapters).
 type adapter struct {
-	paths [3]string // by op
+	paths [opCount]string // by op
 	// prepare adds the kind's own headers.
 	prepare func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret)
 	base    func(cfg *Config, a *accounts.Account) string
@@ -28,8 +31,10 @@ type adapter struct {
 
 var adapters = map[accounts.Kind]adapter{
 	accounts.KindChatGPT: {
-		paths: [3]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact", opModels: "/codex/models"},
-		base:  func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.ChatGPTBase) },
+		// Chat Completions are translated to the Codex backend's Responses.
+		paths: [opCount]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact",
+			opChat: "/codex/responses", opModels: "/codex/models"},
+		base: func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.ChatGPTBase) },
 		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.AccessToken)
 			if a.ChatGPTAccountID != "" {
@@ -40,8 +45,9 @@ var adapters = map[accounts.Kind]adapter{
 		},
 	},
 	accounts.KindAPIKey: {
-		paths: [3]string{opResponses: "/responses", opCompact: "/responses/compact", opModels: "/models"},
-		base:  func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.OpenAIBase) },
+		paths: [opCount]string{opResponses: "/responses", opCompact: "/responses/compact",
+			opChat: "/chat/completions", opModels: "/models"},
+		base: func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.OpenAIBase) },
 		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.APIKey)
 		},
@@ -82,10 +88,14 @@ var dropRequestHeaders = map[string]bool{
 	"chatgpt-account-id": true, "originator": true,
 }
 
-// dropResponseHeaders are not copied back to the client.
+// dropResponseHeaders are not copied back to the client: hop-by-hop
+// headers, framing rotor redoes, and anything that carries or asks for
+// credentials, which belong to the account, not to the client.
 var dropResponseHeaders = map[string]bool{
 	"connection": true, "keep-alive": true, "proxy-connection": true, "te": true, "trailer": true,
 	"transfer-encoding": true, "upgrade": true, "content-length": true, "set-cookie": true,
+	"set-cookie2": true, "authorization": true, "proxy-authorization": true, "proxy-authenticate": true,
+	"www-authenticate": true, "cookie": true, "x-api-key": true,
 	"x-request-id": true, "date": true, "server": true, "alt-svc": true,
 }
 
@@ -117,6 +127,8 @@ type result struct {
 	ended      bool               // outOK: pending holds the whole stream
 	resetAt    time.Time
 	upstreamID string
+	endpoint   string // where the attempt went, scheme://host:port
+	shape      shape  // how the answer becomes the client's
 }
 
 const errBodyMax = 64 << 10
@@ -177,27 +189,34 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	in := &c.ctx.Request
-	uri := ad.base(&s.cfg, a) + ad.paths[c.op]
-	if q := in.URI().QueryString(); len(q) > 0 {
-		uri += "?" + string(q)
+	base := ad.base(&s.cfg, a)
+	uri := base + ad.paths[c.op]
+	q := in.URI().QueryString()
+	if c.op == opModels && a.Kind == accounts.KindChatGPT && !c.codexClient {
+		// The Codex backend lists models for a Codex version; a generic
+		// client names none.
+		q = append([]byte("client_version="+codexClientVersion+"&"), q...)
+	}
+	if len(q) > 0 {
+		uri += "?" + strings.TrimSuffix(string(q), "&")
 	}
 	req.SetRequestURI(uri)
 	req.Header.SetMethodBytes(in.Header.Method())
-	for k, v := range in.Header.All() {
-		if !headerIn(dropRequestHeaders, k) {
-			req.Header.AddBytesKV(k, v)
-		}
-	}
+	copyRequestHeaders(&req.Header, &in.Header)
 	ad.prepare(&req.Header, a, sec)
-	assemble := false
-	if c.op != opModels {
-		body := c.body
-		if a.Kind == accounts.KindChatGPT && c.op == opResponses && !c.encoded {
-			var err error
-			if body, assemble, err = c.chatgptBody(); err != nil {
-				return &result{out: outClientError, status: 400, body: []byte(`{"error":{"code":"invalid_json","message":"request body is not a JSON object"}}`)}
-			}
+	res := &result{endpoint: s.endpoints.of(base)}
+	if c.op == opModels {
+		if a.Kind == accounts.KindChatGPT && !c.codexClient {
+			res.shape = shapeModelList
 		}
+	} else {
+		body, sh, err := c.upstreamBody(a.Kind)
+		if err != nil {
+			res.out, res.status = outClientError, 400
+			res.body = rerr.Build(rerr.Spec{Code: "invalid_request", Status: 400, Message: err.Error()}).Body
+			return res
+		}
+		res.shape = sh
 		req.SetBodyRaw(body)
 	}
 
@@ -205,21 +224,26 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	err := s.client.Do(req, resp)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return &result{out: outNetworkError, err: err}
+		res.out, res.err = classifyTransport(err), err
+		return res
 	}
-	res := &result{status: resp.StatusCode(), upstreamID: string(resp.Header.Peek("x-request-id"))}
+	s.endpoints.markUp(res.endpoint)
+	res.status, res.upstreamID = resp.StatusCode(), string(resp.Header.Peek("x-request-id"))
 	now := s.deps.Clock.Now()
 	if q := parseQuota(now, &resp.Header); q != nil {
 		s.rt().SetQuota(a.ID, *q)
 	}
 	if res.status >= 200 && res.status < 300 {
 		res.out, res.resp = outOK, resp
-		if sseAnswer(resp) && resp.BodyStream() != nil {
-			s.settleStart(res, assemble)
+		switch {
+		case res.shape == shapeModelList:
+			s.settleModels(res)
+		case sseAnswer(resp) && resp.BodyStream() != nil:
+			s.settleStart(c, res)
 		}
 		return res
 	}
-	res.body = readErrorBody(resp)
+	res.body = redact(readErrorBody(resp), sec)
 	res.out = classify(res.status, &resp.Header, res.body)
 	if res.out == outUsageLimit {
 		res.resetAt = resetTime(now, &resp.Header, res.body)
@@ -228,16 +252,56 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	return res
 }
 
+// codexClientVersion is the Codex CLI version rotor names when it lists a
+// ChatGPT account's models for a client that is not Codex.
+const codexClientVersion = "0.169.0"
+
+// copyRequestHeaders copies the client's headers an upstream may see:
+// none of dropRequestHeaders, and none that the client's Connection
+// header names as hop-by-hop (RFC 9110 §7.6.1).
+func copyRequestHeaders(dst, src *fasthttp.RequestHeader) {
+	hop := src.Peek("Connection")
+	for k, v := range src.All() {
+		if headerIn(dropRequestHeaders, k) || len(hop) > 0 && namedIn(hop, k) {
+			continue
+		}
+		dst.AddBytesKV(k, v)
+	}
+}
+
+// namedIn reports whether the comma-separated list names k, in any case.
+func namedIn(list, k []byte) bool {
+	for len(list) > 0 {
+		var item []byte
+		item, list, _ = bytes.Cut(list, []byte{','})
+		if bytes.EqualFold(bytes.TrimSpace(item), k) {
+			return true
+		}
+	}
+	return false
+}
+
+// redact replaces the account's own secrets wherever an upstream quoted
+// them in an error body, before any of it can reach the client or a log.
+func redact(body []byte, sec *secrets.Secret) []byte {
+	for _, v := range [...]string{sec.APIKey, sec.AccessToken, sec.RefreshToken, sec.IDToken} {
+		if len(v) >= 8 && bytes.Contains(body, []byte(v)) {
+			body = bytes.ReplaceAll(body, []byte(v), []byte("[redacted]"))
+		}
+	}
+	return body
+}
+
 // settleStart reads the start of a successful stream before anything is
-// sent: all of it when the client wants one Response object, else up to
-// the first output event. A stream that fails before any output becomes a
+// sent: all of it when the client wants one JSON object, else up to the
+// first output event. A stream that fails before any output becomes a
 // failed attempt, so the failover loop can still try another account.
-func (s *Server) settleStart(res *result, assemble bool) {
+func (s *Server) settleStart(c *call, res *result) {
 	resp := res.resp
 	var failure string
 	var err error
-	if assemble {
-		res.assembled, failure, err = assembleResponse(resp.BodyStream())
+	if asm := newAssembler(c, res.shape); asm != nil {
+		res.assembled, failure, err = assemble(resp.BodyStream(), asm)
 	} else {
 		res.pending, failure, err = holdBack(resp.BodyStream())
 		if err == io.EOF {
@@ -258,6 +322,13 @@ func (s *Server) settleStart(res *result, assemble bool) {
 	closeStream(resp, errCut)
 	fasthttp.ReleaseResponse(resp)
 	res.resp, res.pending, res.assembled = nil, nil, nil
+}
+
+// settleModels turns a ChatGPT account's Codex model catalog into
+// OpenAI's model list, for clients other than Codex CLI.
+func (s *Server) settleModels(res *result) {
+	body := readErrorBody(res.resp) // bounded like an error body: a catalog is small
+	res.assembled = modelList(body, s.deps.Clock.Now())
 }
 
 // readErrorBody reads at most errBodyMax bytes of an error answer and
@@ -298,12 +369,22 @@ func closeStream(resp *fasthttp.Response, err error) {
 	resp.CloseBodyStream()
 }
 
-// newUpstreamClient returns the client for every upstream. Each read on an
-// upstream connection must make progress within stall: that single rule
-// bounds the wait for headers and every gap between stream events, where a
-// fasthttp ReadTimeout would cap the whole stream.
-func newUpstreamClient(connect, stall time.Duration) *fasthttp.Client {
-	d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+// Errors of the upstream client that classifyTransport reads.
+var (
+	errNoFreeConns = fasthttp.ErrNoFreeConns
+	// errResponseTimeout is what the client returns when no byte of an
+	// answer came within the response timeout (idleConn's deadline).
+	errResponseTimeout = fasthttp.ErrTimeout
+)
+
+// newUpstreamClient returns the client for every upstream. Reads on an
+// upstream connection have two bounds (idleConn): the first byte of an
+// answer must come within the response timeout, and once it has, every
+// read must make progress within the stall timeout. A fasthttp
+// ReadTimeout would instead cap the whole stream.
+func newUpstreamClient(cfg *Config) *fasthttp.Client {
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	stall, response := cfg.StallTimeout, cfg.ResponseTimeout
 	return &fasthttp.Client{
 		Name:                          "rotor",
 		NoDefaultUserAgentHeader:      true,
@@ -314,12 +395,14 @@ func newUpstreamClient(connect, stall time.Duration) *fasthttp.Client {
 		WriteTimeout:                  60 * time.Second,
 		ReadBufferSize:                16 << 10,
 		MaxResponseBodySize:           0,
+		MaxConnsPerHost:               cfg.MaxUpstreamConns,
+		MaxConnWaitTimeout:            cfg.ConnWait,
 		Dial: func(addr string) (net.Conn, error) {
 			conn, err := d.Dial("tcp", addr)
 			if err != nil {
-				return nil, err
+				return nil, &dialError{err}
 			}
-			return &idleConn{Conn: conn, idle: stall}, nil
+			return &idleConn{Conn: conn, stall: stall, response: response}, nil
 		},
 		// Only a request that never reached the upstream is sent again: a
 		// pooled keep-alive connection the server had already closed.
@@ -329,18 +412,38 @@ func newUpstreamClient(connect, stall time.Duration) *fasthttp.Client {
 	}
 }
 
-// idleConn gives every Read its own deadline, so a stalled upstream is cut
-// after stall without limiting how long a healthy stream may last.
+// idleConn gives every Read its own deadline: the response timeout while
+// an answer has not started, the stall timeout once it has. So a slow
+// answer is waited for, a stalled one is cut, and a healthy stream may
+// last as long as it likes.
 type idleConn struct {
 	net.Conn
-	idle time.Duration
+	stall, response time.Duration
+	// awaiting is set by each write of a request and cleared by the first
+	// byte of its answer. fasthttp writes and reads one request at a time
+	// per connection, but from different goroutines over its life.
+	awaiting atomic.Bool
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.awaiting.Store(true)
+	return c.Conn.Write(p)
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+	d := c.stall
+	awaiting := c.awaiting.Load()
+	if awaiting {
+		d = c.response
+	}
+	if err := c.Conn.SetReadDeadline(time.Now().Add(d)); err != nil {
 		return 0, err
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if n > 0 && awaiting {
+		c.awaiting.Store(false)
+	}
+	return n, err
 }
 
 // SetReadDeadline is a no-op: fasthttp sets whole-response deadlines, and

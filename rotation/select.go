@@ -110,6 +110,21 @@ type Request struct {
 	AffinityKey string
 	// Attempted lists the accounts already tried for this request.
 	Attempted []string
+	// Skip, when set, keeps accounts out of this request: it returns the
+	// skip reason to report for a, or "" to keep a. The proxy uses it for
+	// accounts behind an unreachable upstream endpoint and for requests
+	// that only one account kind can serve. It runs under the selector's
+	// lock, once per account and pick, so it must be cheap and must not
+	// call back into the selector.
+	Skip func(a *accounts.Account) string
+}
+
+// skipped is req's own reason to leave a out, "" when it has none.
+func (r *Request) skipped(a *accounts.Account) string {
+	if r.Skip == nil {
+		return ""
+	}
+	return r.Skip(a)
 }
 
 func (r *Request) attempted(id string) bool {
@@ -177,7 +192,7 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 	if req.AffinityKey != "" {
 		if id, ok := s.affinity.Get(req.AffinityKey); ok {
 			if i := v.indexOf(id); i > 0 && !req.attempted(id) &&
-				skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
+				skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" && req.skipped(&v.pool.Accounts[i-1]) == "" {
 				return s.take(v, i, now, WhyAffinity, ""), nil
 			}
 		}
@@ -201,6 +216,9 @@ func (s *Selector) pickPinned(v *view, req *Request, now time.Time, id, source, 
 		reason = skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now)
 		if reason == "" && req.attempted(id) {
 			reason = SkipAlreadyAttempted
+		}
+		if reason == "" {
+			reason = req.skipped(&v.pool.Accounts[i-1])
 		}
 		if reason == "" && !dry {
 			return s.take(v, i, now, why, source), nil
@@ -272,6 +290,9 @@ func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {
 		r := skipReason(a, e, now)
 		if r == "" && req.attempted(a.ID) {
 			r = SkipAlreadyAttempted
+		}
+		if r == "" {
+			r = req.skipped(a)
 		}
 		ref.SkipReasons[i+1] = r
 		if r == SkipDisabled || r == SkipFlagged {
@@ -354,7 +375,7 @@ func best(v *view, req *Request, now time.Time) (int, bool) {
 	for i := range v.pool.Accounts {
 		a := &v.pool.Accounts[i]
 		e := v.entries[i]
-		if !a.Enabled || a.FlaggedReason != nil && *a.FlaggedReason != "" || e.blocked > nowNS || req.attempted(a.ID) {
+		if !a.Enabled || a.FlaggedReason != nil && *a.FlaggedReason != "" || e.blocked > nowNS || req.attempted(a.ID) || req.skipped(a) != "" {
 			continue
 		}
 		sc, d := score(e, now, nowNS, v.offset[i])

@@ -1,0 +1,378 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// Tests of SPEC §4 under load and faults: only upstream faults mark an
+// account, rotor's own limits answer 503 overloaded, the guard runs before
+// the body is read, and the limits on headers and bodies.
+
+// expectUnmarked fails when account i carries any mark of blame.
+func expectUnmarked(t *testing.T, e *env, i int) {
+	t.Helper()
+	st := e.state(i)
+	if !st.CooldownUntil.IsZero() || !st.RateLimitedUntil.IsZero() || !st.CircuitOpenUntil.IsZero() || len(st.Failures) > 0 {
+		t.Errorf("account %d was marked: %+v", i, st)
+	}
+}
+
+func TestEveryAccountOnAnUnreachableEndpointIsSkippedAtOnce(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}, {accounts.KindAPIKey, "b"}})
+	dead := closedPort(t)
+	e.setBaseURL(1, "http://"+dead+"/v1")
+	e.setBaseURL(2, "http://"+dead+"/v1")
+	got := expectError(t, e.do("POST", "/v1/responses", streamBody), 503, rerr.PoolExhausted)
+	if got.Extra["reason"] != "network-error" {
+		t.Errorf("reason %v", got.Extra["reason"])
+	}
+	// One attempt: the second account behind the same endpoint is not
+	// tried, it is skipped for the endpoint's sake.
+	sr := skipReasons(t, got)
+	if len(sr) != 2 || !strings.Contains(sr["1"]+sr["2"], rotation.SkipAlreadyAttempted) ||
+		!strings.Contains(sr["1"]+sr["2"], rotation.CoolingDown(rotation.CooldownNetworkError)) {
+		t.Errorf("skip reasons %v, want one attempted and one skipped for the endpoint", sr)
+	}
+	if !strings.Contains(got.Message, dead) || !strings.Contains(got.Message, "connection refused") {
+		t.Errorf("message %q does not name the endpoint and the OS error", got.Message)
+	}
+	expectUnmarked(t, e, 1)
+	expectUnmarked(t, e, 2)
+}
+
+func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})
+	dead := closedPort(t)
+	e.setBaseURL(1, "http://"+dead+"/v1")
+	expectError(t, e.do("POST", "/v1/responses", streamBody), 503, rerr.PoolExhausted)
+	if !e.srv.endpoints.isDown("http://" + dead) {
+		t.Fatal("endpoint not marked")
+	}
+	// The network comes back: the very next request gets through.
+	back := fakeupstream.New("../testdata")
+	if err := back.Start(dead); err != nil {
+		t.Skipf("cannot listen on %s again: %v", dead, err)
+	}
+	t.Cleanup(func() { back.Close() })
+	expectStream(t, e.do("POST", "/v1/responses", streamBody))
+	if e.srv.endpoints.isDown("http://" + dead) {
+		t.Error("endpoint still marked after it answered")
+	}
+	expectUnmarked(t, e, 1)
+}
+
+func TestSlowNonStreamAnswerIsWaitedForNotRetried(t *testing.T) {
+	// A stream:false answer starts only once it is complete: here after
+	// about a second, far past the stall timeout.
+	e := newEnv(t, twoAPIKeys(), stallTimeout(200*time.Millisecond))
+	e.up.Set("bad", fakeupstream.Behavior{EventDelay: 100 * time.Millisecond})
+	e.prefer(1)
+	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5","input":"hi"}`)
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || !strings.Contains(body, "Hello from the fake upstream.") {
+		t.Fatalf("status %d body %.200s", resp.StatusCode, body)
+	}
+	e.expectCounts(map[string]int{"bad": 1, "good": 0})
+	expectUnmarked(t, e, 1)
+}
+
+func TestClientThatLeavesEndsTheFailover(t *testing.T) {
+	e := newEnv(t, twoAPIKeys(), stallTimeout(400*time.Millisecond))
+	// Account 1's stream stalls before any output: without a client the
+	// stall must not be charged, nor the request sent on to account 2.
+	e.up.Set("bad", fakeupstream.Behavior{StallAfter: 1})
+	e.prefer(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.base+"/v1/responses", strings.NewReader(streamBody))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	if resp, err := testClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the request was answered (%d) before the client left", resp.StatusCode)
+	}
+	rec := waitUsage(t, e, 1)[0]
+	if rec.Status != statusClientClosed || rec.Code != codeClientClosed {
+		t.Errorf("usage record %+v", rec)
+	}
+	e.expectCounts(map[string]int{"bad": 1, "good": 0})
+	expectUnmarked(t, e, 1)
+	expectUnmarked(t, e, 2)
+}
+
+func TestOwnConnectionLimitAnswersOverloadedAndMarksNobody(t *testing.T) {
+	e := newEnv(t, twoAPIKeys(), func(c *Config) { c.MaxUpstreamConns, c.ConnWait = 1, 200*time.Millisecond })
+	e.up.SetDefault(fakeupstream.Behavior{EventDelay: 300 * time.Millisecond})
+	e.prefer(1)
+	first := e.do("POST", "/v1/responses", streamBody) // holds the only connection while it streams
+	defer first.Body.Close()
+	start := time.Now()
+	resp := e.do("POST", "/v1/responses", streamBody)
+	got := expectError(t, resp, 503, rerr.ProxyOverloaded)
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("answered after %s: the request did not wait for a connection", d)
+	}
+	if !got.Retryable || got.Extra["retry_after_ms"] == nil || resp.Header.Get("retry-after-ms") == "" {
+		t.Errorf("overloaded payload %+v, headers %v", got, resp.Header)
+	}
+	types, err := readStream(t, first.Body)
+	if err != nil || !completed(types) {
+		t.Errorf("the first stream did not complete: %v %v", types, err)
+	}
+	expectUnmarked(t, e, 1)
+	expectUnmarked(t, e, 2)
+}
+
+// rawExchange writes raw to the proxy and reads the answer's head.
+func rawExchange(t *testing.T, e *env, raw string) (status int, head string, conn net.Conn, br *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br = bufio.NewReader(c)
+	var b strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		b.WriteString(line)
+		if err != nil || line == "\r\n" {
+			break
+		}
+	}
+	head = b.String()
+	fmt.Sscanf(head, "HTTP/1.1 %d", &status)
+	return status, head, c, br
+}
+
+func TestGuardAnswersBeforeTheBodyIsRead(t *testing.T) {
+	e := newEnv(t, twoAPIKeys())
+	// Headers announcing 60 MiB and only the first 16 KiB of it: the
+	// answer can only come if the guard does not wait for the body.
+	for _, c := range []struct{ name, hdr, code string }{
+		{"foreign origin", "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\nAuthorization: Bearer " + testKey, rerr.ProxyForbiddenHost},
+		{"no key", "Host: 127.0.0.1", rerr.ProxyUnauthorized},
+	} {
+		status, head, conn, br := rawExchange(t, e, "POST /v1/responses HTTP/1.1\r\n"+c.hdr+"\r\nContent-Length: 62914560\r\nContent-Type: application/json\r\n\r\n"+strings.Repeat("x", 16<<10))
+		want := map[string]int{rerr.ProxyForbiddenHost: 403, rerr.ProxyUnauthorized: 401}[c.code]
+		if status != want || !strings.Contains(strings.ToLower(head), "connection: close") {
+			t.Errorf("%s: head %q", c.name, head)
+		}
+		body, _ := io.ReadAll(io.LimitReader(br, 4096))
+		if !strings.Contains(string(body), c.code) {
+			t.Errorf("%s: body %q", c.name, body)
+		}
+		conn.Close()
+	}
+	e.expectCounts(map[string]int{"bad": 0, "good": 0})
+}
+
+func TestHeaderAndBodyLimits(t *testing.T) {
+	e := newEnv(t, twoAPIKeys(), func(c *Config) { c.MaxBody = 1 << 20 })
+	pad := func(n int) string { return strings.Repeat("x", n) }
+	// Headers a legitimate client may send are served, up to 64 KiB.
+	for _, n := range []int{16 << 10, 60 << 10} {
+		resp := e.do("POST", "/v1/responses", streamBody, "x-padding", pad(n))
+		expectStream(t, resp)
+	}
+	// Larger ones get 431, whatever the guard would have said.
+	for _, hdr := range []string{"Host: 127.0.0.1", "Host: evil.example"} {
+		status, _, _, br := rawExchange(t, e, "GET /v1/models HTTP/1.1\r\n"+hdr+"\r\nx-padding: "+pad(80<<10)+"\r\n\r\n")
+		body, _ := io.ReadAll(io.LimitReader(br, 4096))
+		if status != 431 || !strings.Contains(string(body), rerr.ProxyHeadersTooLarge) {
+			t.Errorf("oversized headers (%s): status %d body %q", hdr, status, body)
+		}
+	}
+	// A chunked body over the cap gets 413, not a read of all of it.
+	chunk := pad(64 << 10)
+	var raw strings.Builder
+	raw.WriteString("POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testKey + "\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for range 20 {
+		fmt.Fprintf(&raw, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	status, _, _, br := rawExchange(t, e, raw.String())
+	body, _ := io.ReadAll(io.LimitReader(br, 4096))
+	if status != 413 || !strings.Contains(string(body), rerr.ProxyPayloadTooLarge) {
+		t.Errorf("over-cap chunked body: status %d body %q", status, body)
+	}
+	if n := e.up.Count("bad") + e.up.Count("good"); n != 2 {
+		t.Errorf("upstream saw %d requests, want the 2 with headers in bounds", n)
+	}
+}
+
+func TestHTTP10ClientGetsABodyThatEndsAtClose(t *testing.T) {
+	e := newEnv(t, twoAPIKeys())
+	status, head, _, br := rawExchange(t, e, "POST /v1/responses HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+testKey+
+		"\r\nContent-Type: application/json\r\nContent-Length: "+fmt.Sprint(len(streamBody))+"\r\n\r\n"+streamBody)
+	if status != 200 || strings.Contains(strings.ToLower(head), "chunked") || !strings.Contains(strings.ToLower(head), "connection: close") {
+		t.Fatalf("head %q", head)
+	}
+	types, err := readStream(t, br)
+	if err != nil || !completed(types) {
+		t.Errorf("events %v err %v", types, err)
+	}
+	waitUsage(t, e, 1)
+}
+
+const echoKey = "sk-test-echo-0123456789abcdef"
+
+func TestAccountSecretsNeverReachTheClient(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, echoKey}})
+	e.up.Set(echoKey, fakeupstream.Behavior{Status: 400, ErrorFixture: "key_echo_400.json"})
+	resp := e.do("POST", "/v1/responses", streamBody)
+	body := readAll(t, resp)
+	if resp.StatusCode != 400 || strings.Contains(body, echoKey) || !strings.Contains(body, "[redacted]") {
+		t.Errorf("status %d body %s", resp.StatusCode, body)
+	}
+	e.up.Set(echoKey, fakeupstream.Behavior{Headers: map[string]string{
+		"Set-Cookie": "session=" + echoKey, "Authorization": "Bearer " + echoKey, "WWW-Authenticate": "Bearer", "x-kept": "yes"}})
+	resp = e.do("POST", "/v1/responses", streamBody)
+	readAll(t, resp)
+	for k, v := range resp.Header {
+		if strings.Contains(strings.Join(v, " "), echoKey) {
+			t.Errorf("header %s carries the account's key", k)
+		}
+	}
+	if resp.Header.Get("x-kept") != "yes" {
+		t.Errorf("an ordinary header was dropped: %v", resp.Header)
+	}
+}
+
+func TestAffinityKeysAreFixedSizeDigests(t *testing.T) {
+	var h fasthttp.RequestHeader
+	big := strings.Repeat("k", 1<<20)
+	for _, body := range []string{`{"prompt_cache_key":"` + big + `"}`, `{"previous_response_id":"` + big + `"}`} {
+		if k := affinityKey(&h, []byte(body)); len(k) != 33 {
+			t.Errorf("key of %d bytes", len(k))
+		}
+	}
+	h.Set("session_id", big)
+	if k := affinityKey(&h, nil); len(k) != 33 {
+		t.Errorf("session key of %d bytes", len(k))
+	}
+	var other fasthttp.RequestHeader
+	other.Set("session_id", big+"!")
+	if affinityKey(&h, nil) == affinityKey(&other, nil) {
+		t.Error("different sessions share a key")
+	}
+}
+
+func TestNoEnabledAccountIsAConfigurationError(t *testing.T) {
+	e := newEnv(t, nil)
+	resp := e.do("POST", "/v1/responses", streamBody)
+	got := expectError(t, resp, 503, rerr.PoolExhausted)
+	if got.Extra["reason"] != "no-account" || got.Category != rerr.CategoryConfiguration || got.Retryable {
+		t.Errorf("payload %+v", got)
+	}
+	for _, cmd := range []string{"rotor login", "rotor import codex", "rotor add-key"} {
+		if !strings.Contains(got.Message, cmd) {
+			t.Errorf("message %q does not name %s", got.Message, cmd)
+		}
+	}
+	expectNoRetryHeaders(t, resp)
+}
+
+func TestHealthzAnswersWithoutAnAccount(t *testing.T) {
+	e := newEnv(t, twoAPIKeys())
+	resp := e.do("GET", "/healthz", "")
+	if body := readAll(t, resp); resp.StatusCode != 200 || body != `{"status":"ok"}` {
+		t.Errorf("status %d body %s", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("GET", e.base+"/healthz", nil)
+	if resp, err := testClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Errorf("healthz without the key: %v %v", resp, err)
+	}
+	e.expectCounts(map[string]int{"bad": 0, "good": 0})
+}
+
+func TestNotFoundNamesWhatWasAsked(t *testing.T) {
+	e := newEnv(t, twoAPIKeys())
+	got := expectError(t, e.do("DELETE", "/v1/files/abc", ""), 404, rerr.ProxyNotFound)
+	if !strings.Contains(got.Message, "DELETE /v1/files/abc") || !strings.Contains(got.Message, "/v1/chat/completions") {
+		t.Errorf("message %q", got.Message)
+	}
+}
+
+// TestConcurrentStreamsPastTheOldPoolLimit runs more concurrent streams
+// than fasthttp's default of 512 connections per host: every one
+// completes and no account is marked.
+func TestConcurrentStreamsPastTheOldPoolLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	e := newEnv(t, twoAPIKeys())
+	e.up.SetDefault(fakeupstream.Behavior{EventDelay: 50 * time.Millisecond})
+	const n = 600
+	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxConnsPerHost: n, MaxIdleConnsPerHost: n, DisableCompression: true}}
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", e.base+"/v1/responses", strings.NewReader(streamBody))
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			resp, err := client.Do(req)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			types, err := sseTypes(resp.Body)
+			if resp.StatusCode != 200 || err != nil || len(types) == 0 || types[len(types)-1] != "response.completed" {
+				errs <- fmt.Sprintf("status %d err %v", resp.StatusCode, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for msg := range errs {
+		if failed++; failed <= 3 {
+			t.Error(msg)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d streams failed", failed, n)
+	}
+	expectUnmarked(t, e, 1)
+	expectUnmarked(t, e, 2)
+}
+
+// sseTypes reads an SSE body's event types without a testing.T, for
+// goroutines.
+func sseTypes(r io.Reader) ([]string, error) {
+	var types []string
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			types = append(types, strings.TrimSpace(v))
+		}
+		if err == io.EOF {
+			return types, nil
+		}
+		if err != nil {
+			return types, err
+		}
+	}
+}
