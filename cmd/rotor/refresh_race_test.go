@@ -77,6 +77,13 @@ func raceServe(t *testing.T, bin string, env []string, name string) *raceProc {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--port", "0", "--log-format", "json")
 	cmd.Env = env
+	return startServeCmd(t, cmd, name)
+}
+
+// startServeCmd starts cmd, a `rotor serve --port 0` however wrapped, and
+// waits (bounded) for its "rotor proxy listening on <url>" line.
+func startServeCmd(t *testing.T, cmd *exec.Cmd, name string) *raceProc {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

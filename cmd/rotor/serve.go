@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/rotation"
@@ -30,6 +32,7 @@ type proxyOptions struct {
 	maxBody      int
 	maxAttempts  int
 	stallTimeout time.Duration
+	respTimeout  time.Duration
 	logFormat    string
 	logLevel     string
 }
@@ -47,6 +50,7 @@ func (o *proxyOptions) register(fs interface {
 	fs.IntVar(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body accepted, in bytes")
 	fs.IntVar(&o.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "most accounts tried for one request")
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", proxy.DefaultStallTimeout, "cut a stream after this long without a byte")
+	fs.DurationVar(&o.respTimeout, "response-timeout", proxy.DefaultResponseTimeout, "wait this long for an upstream answer to start")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto, json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -99,6 +103,9 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err := rt.Sync(nil); err != nil {
 		log.Warn().Err(err).Msg("cannot read shared state; starting fresh")
 	}
+	if !slices.ContainsFunc(pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
+		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
+	}
 	key := a.getenv("ROTOR_CLIENT_KEY")
 	if key == "" {
 		var b [32]byte
@@ -112,12 +119,13 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		return nil, err
 	}
 	srv, err := proxy.New(proxy.Config{
-		ClientKey:    key,
-		MaxBody:      o.maxBody,
-		MaxAttempts:  o.maxAttempts,
-		StallTimeout: o.stallTimeout,
-		ChatGPTBase:  strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
-		OpenAIBase:   strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
+		ClientKey:       key,
+		MaxBody:         o.maxBody,
+		MaxAttempts:     o.maxAttempts,
+		StallTimeout:    o.stallTimeout,
+		ResponseTimeout: o.respTimeout,
+		ChatGPTBase:     strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
 	}, proxy.Deps{
 		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
 		Refresher: newRefresher(a, st, sec),
@@ -214,8 +222,13 @@ func cmdServe(a *app, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "rotor proxy listening on %s\n", r.url)
 	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", r.home+"/"+proxy.InfoFile)
+	// A closed stdout or stderr (rotor serve | head) must not stop serve:
+	// with SIGPIPE ignored, a write there fails and is dropped instead.
+	signal.Ignore(syscall.SIGPIPE)
+	// SIGHUP too is a graceful stop: closing the terminal must not cut
+	// streams or leave a stale record behind.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	select {
 	case <-sigs:
