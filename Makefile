@@ -21,7 +21,7 @@ lint:
 
 # Speed and memory targets live here, not in timed unit tests.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./rotation/ ./proxy/
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./rotation/ ./proxy/ ./proxy/chat/
 
 # A first look with no real account: a fake upstream, three demo accounts
 # (one at its usage limit), a real proxy, a streamed answer and a failover.
