@@ -241,10 +241,6 @@ func e2eInstall(root string) (cache, skip string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	script, err := os.ReadFile(filepath.Join(src, "sdk.mjs"))
-	if err != nil {
-		return "", "", err
-	}
 	nodeVersion, err := exec.Command(node, "--version").Output()
 	if err != nil {
 		return "", "", fmt.Errorf("node --version: %v", err)
@@ -259,9 +255,16 @@ func e2eInstall(root string) (cache, skip string, err error) {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return "", "", err
 	}
-	// The script is copied next to node_modules so that its imports resolve.
-	if err := os.WriteFile(filepath.Join(cache, "sdk.mjs"), script, 0o644); err != nil {
-		return "", "", err
+	// The drivers are copied next to node_modules so that their imports
+	// resolve.
+	for _, name := range e2eDrivers {
+		script, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(filepath.Join(cache, name), script, 0o644); err != nil {
+			return "", "", err
+		}
 	}
 	if have, _ := os.ReadFile(stampFile); string(have) == stamp && e2eInstalled(cache) {
 		return cache, "", nil
@@ -308,8 +311,12 @@ func e2eInstall(root string) (cache, skip string, err error) {
 	return cache, "", nil
 }
 
+// e2eDrivers are the client drivers in testdata/e2e.
+var e2eDrivers = []string{"sdk.mjs", "chat.mjs"}
+
 func e2eInstalled(cache string) bool {
-	for _, p := range []string{"node_modules/.bin/codex", "node_modules/openai/package.json"} {
+	for _, p := range []string{"node_modules/.bin/codex", "node_modules/openai/package.json", "node_modules/ai/package.json",
+		"node_modules/@ai-sdk/openai/package.json", "node_modules/@langchain/openai/package.json"} {
 		if _, err := os.Stat(filepath.Join(cache, p)); err != nil {
 			return false
 		}

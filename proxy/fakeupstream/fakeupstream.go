@@ -106,6 +106,12 @@ type Behavior struct {
 	// HangHeaders: never send a status line or headers; wait until the client
 	// goes away (or Close). Models an upstream that accepts and goes silent.
 	HangHeaders bool
+	// ToolRoundTrip makes the model call a tool, then answer: a request
+	// whose last input is a tool result (a "tool" message, or a
+	// function_call_output item) gets the text answer, any other the
+	// get_weather call (tool_call fixtures). Clients that run the whole
+	// round trip in one call need no test in between.
+	ToolRoundTrip bool
 }
 
 // Recorded is a copy of one request the fake received.
@@ -312,6 +318,25 @@ type requestBody struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	Messages []struct {
+		Role string `json:"role"`
+	} `json:"messages"`
+	Input json.RawMessage `json:"input"`
+}
+
+// afterToolResult reports whether the request's last input is a tool
+// result, in either API.
+func (r *requestBody) afterToolResult() bool {
+	if n := len(r.Messages); n > 0 {
+		return r.Messages[n-1].Role == "tool"
+	}
+	var items []struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(r.Input, &items) != nil || len(items) == 0 {
+		return false
+	}
+	return items[len(items)-1].Type == "function_call_output"
 }
 
 // handle is the single entry point: record, authenticate, apply the token's
@@ -366,6 +391,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if streamName == "" {
 		streamName = defaultStream
 	}
+	chatName := "hello"
+	if b.ToolRoundTrip && !req.afterToolResult() {
+		streamName, chatName = "tool_call.sse", "tool_call"
+	}
 
 	path := r.URL.Path
 	switch {
@@ -388,11 +417,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		// usage chunk only when the client asked for it, or one object.
 		switch {
 		case stream && req.StreamOptions.IncludeUsage:
-			s.serveStream(w, r, b, "chat/hello_usage.sse", req.Model, fill)
+			s.serveStream(w, r, b, "chat/"+chatName+"_usage.sse", req.Model, fill)
 		case stream:
-			s.serveStream(w, r, b, "chat/hello.sse", req.Model, fill)
+			s.serveStream(w, r, b, "chat/"+chatName+".sse", req.Model, fill)
 		default:
-			s.serveChatCompletion(w, r, b, req.Model, fill)
+			s.serveChatCompletion(w, r, b, "chat/"+chatName+".json", req.Model, fill)
 		}
 	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
 		writeJSON(w, http.StatusOK, compactBody(time.Now()))

@@ -679,3 +679,48 @@ func TestNonStreamFaults(t *testing.T) {
 	}
 	waitOpen(t, s, 0)
 }
+
+func TestChatCompletionsRoute(t *testing.T) {
+	s, c := start(t)
+	ctx := context.Background()
+	base := s.OpenAIBase() + "/chat/completions"
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	// Streamed: the recorded chunks, model echoed, usage only when asked.
+	body := string(readBody(t, do(t, ctx, c, "POST", base, "k", `{"model":"gpt-x","stream":true,`+msgs+`}`)))
+	if !strings.HasSuffix(body, "data: [DONE]\n\n") || strings.Contains(body, `"usage":{`) ||
+		!strings.Contains(body, `"model":"gpt-x"`) || strings.Contains(body, "gpt-5-2025-08-07") {
+		t.Errorf("stream without usage: %s", body)
+	}
+	body = string(readBody(t, do(t, ctx, c, "POST", base, "k", `{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},`+msgs+`}`)))
+	if !strings.Contains(body, `"choices":[],"usage":{"prompt_tokens":1280`) {
+		t.Errorf("stream with usage: %s", body)
+	}
+	// Not streamed: one chat.completion.
+	body = string(readBody(t, do(t, ctx, c, "POST", base, "k", `{"model":"gpt-x",`+msgs+`}`)))
+	if !strings.HasPrefix(body, `{"id":"chatcmpl-`) || !strings.Contains(body, `"content":"Hello from the fake upstream."`) {
+		t.Errorf("completion: %s", body)
+	}
+}
+
+func TestToolRoundTrip(t *testing.T) {
+	s, c := start(t)
+	s.SetDefault(Behavior{ToolRoundTrip: true})
+	ctx := context.Background()
+	for _, tc := range []struct{ url, first, then, wantCall, wantText string }{
+		{s.OpenAIBase() + "/chat/completions",
+			`{"model":"m","messages":[{"role":"user","content":"w?"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"w?"},{"role":"assistant","tool_calls":[]},{"role":"tool","tool_call_id":"call_123","content":"18C"}]}`,
+			`"name":"get_weather"`, `Hello from the fake upstream.`},
+		{s.ChatGPTBase() + "/codex/responses",
+			`{"model":"m","stream":true,"input":[{"type":"message","role":"user","content":"w?"}]}`,
+			`{"model":"m","stream":true,"input":[{"type":"function_call","call_id":"call_123"},{"type":"function_call_output","call_id":"call_123","output":"18C"}]}`,
+			`"name":"get_weather"`, `"delta":"Hello"`},
+	} {
+		if b := string(readBody(t, do(t, ctx, c, "POST", tc.url, "k", tc.first))); !strings.Contains(b, tc.wantCall) {
+			t.Errorf("%s first turn: %.300s", tc.url, b)
+		}
+		if b := string(readBody(t, do(t, ctx, c, "POST", tc.url, "k", tc.then))); !strings.Contains(b, tc.wantText) || strings.Contains(b, tc.wantCall) {
+			t.Errorf("%s after the tool result: %.300s", tc.url, b)
+		}
+	}
+}

@@ -207,10 +207,10 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 }
 
 // serveChatCompletion answers a non-streaming Chat Completions request
-// with the recorded chat.completion object; EventDelay delays it as it
+// with the recorded chat.completion object name; EventDelay delays it as it
 // delays the Responses answer, the other faults apply as there.
-func (s *Server) serveChatCompletion(w http.ResponseWriter, r *http.Request, b Behavior, model string, fill filler) {
-	raw, err := s.fixtures.raw("chat/hello.json")
+func (s *Server) serveChatCompletion(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
+	raw, err := s.fixtures.raw(name)
 	if err != nil {
 		fixtureMissing(w, err)
 		return
