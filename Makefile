@@ -5,7 +5,7 @@ BIN     := bin/rotor
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build test lint bench demo e2e clean
+.PHONY: build test lint bench soak demo e2e clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rotor
@@ -22,6 +22,12 @@ lint:
 # Speed and memory targets live here, not in timed unit tests.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./rotation/ ./proxy/ ./proxy/chat/
+
+# A real serve under load and random faults for a bounded time (SOAK=10m
+# for longer); fails when a request is lost, a healthy account is blamed,
+# or a file in ROTOR_HOME no longer loads. A 10 s version runs in make test.
+soak: build
+	$(GO) run ./cmd/rotor-soak -rotor $(BIN)
 
 # A first look with no real account: a fake upstream, three demo accounts
 # (one at its usage limit), a real proxy, a streamed answer and a failover.

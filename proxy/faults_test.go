@@ -89,6 +89,11 @@ func TestSlowNonStreamAnswerIsWaitedForNotRetried(t *testing.T) {
 		t.Fatalf("status %d body %.200s", resp.StatusCode, body)
 	}
 	e.expectCounts(map[string]int{"bad": 1, "good": 0})
+	// Slow headers before a stream: the same.
+	e.up.Set("bad", fakeupstream.Behavior{HeaderDelay: 600 * time.Millisecond})
+	e.sel.SetProcessPin(e.id(1)) // a pin never rotates: a cut would be a 503
+	expectStream(t, e.do("POST", "/v1/responses", streamBody))
+	e.expectCounts(map[string]int{"bad": 2, "good": 0})
 	expectUnmarked(t, e, 1)
 }
 

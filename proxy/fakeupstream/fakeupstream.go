@@ -106,6 +106,9 @@ type Behavior struct {
 	// HangHeaders: never send a status line or headers; wait until the client
 	// goes away (or Close). Models an upstream that accepts and goes silent.
 	HangHeaders bool
+	// HeaderDelay waits this long before the status line and headers: a
+	// slow upstream that answers in the end.
+	HeaderDelay time.Duration
 	// ToolRoundTrip makes the model call a tool, then answer: a request
 	// whose last input is a tool result (a "tool" message, or a
 	// function_call_output item) gets the text answer, any other the
@@ -367,6 +370,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	b := s.behavior(token)
 	if b.HangHeaders {
 		s.wait(r.Context(), 0)
+		return
+	}
+	if b.HeaderDelay > 0 && !s.wait(r.Context(), b.HeaderDelay) {
 		return
 	}
 	resetIn := b.ResetIn

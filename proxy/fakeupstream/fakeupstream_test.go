@@ -724,3 +724,14 @@ func TestToolRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaderDelay(t *testing.T) {
+	s, c := start(t)
+	s.SetDefault(Behavior{HeaderDelay: 300 * time.Millisecond})
+	began := time.Now()
+	resp := do(t, context.Background(), c, "POST", s.OpenAIBase()+"/responses", "k", `{"model":"m","stream":true}`)
+	if d := time.Since(began); d < 250*time.Millisecond || resp.StatusCode != 200 {
+		t.Errorf("headers after %s, status %d", d, resp.StatusCode)
+	}
+	readBody(t, resp)
+}
