@@ -198,7 +198,8 @@ func Parse(path string, data []byte) (*Pool, error) {
 }
 
 // Update runs fn on the current pool under the store lock and writes the
-// result atomically, rotating backups first. If fn returns an error nothing
+// result atomically, then rotates the backups so accounts.json.bak is the
+// result too. If fn returns an error nothing
 // is written. An unreadable store is reported and left untouched.
 func (s *Store) Update(fn func(*Pool) error) (*Pool, error) {
 	l, err := homefs.LockFile(s.lock, false, s.LockTimeout)
@@ -218,11 +219,14 @@ func (s *Store) Update(fn func(*Pool) error) (*Pool, error) {
 		return nil, err
 	}
 	data = append(data, '\n')
-	if err := homefs.Rotate(s.path, Backups); err != nil {
-		return nil, fmt.Errorf("cannot back up %s: %w", s.path, err)
-	}
 	if err := homefs.WriteFile(s.path, data); err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", s.path, err)
+	}
+	// Backed up after the write, so the newest backup always holds the
+	// current good state (SPEC §2): restoring it loses nothing. A crash
+	// in between leaves the previous state there, which is still good.
+	if err := homefs.Rotate(s.path, Backups); err != nil {
+		return nil, fmt.Errorf("cannot back up %s: %w", s.path, err)
 	}
 	return p, nil
 }

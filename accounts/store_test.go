@@ -147,11 +147,12 @@ func TestUpdateKeepsThreeBackupsNewestFirst(t *testing.T) {
 		}
 		versions = append(versions, readFile(t, st.Path()))
 
-		// After update i, .bak holds version i-1, .bak.1 version i-2, .bak.2 version i-3.
+		// After update i, .bak holds version i (the current good state),
+		// .bak.1 version i-1, .bak.2 version i-2 (SPEC §2).
 		for b := range Backups {
 			name := homefs.BackupName(st.Path(), b)
 			got, err := os.ReadFile(name)
-			if prev := i - 1 - b; prev < 0 {
+			if prev := i - b; prev < 0 {
 				if !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("after update %d: %s exists (err %v), want none yet", i, filepath.Base(name), err)
 				}

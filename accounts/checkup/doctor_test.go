@@ -169,7 +169,7 @@ func TestStoreHealth(t *testing.T) {
 		acct{kind: accounts.KindAPIKey, label: "f", enabled: true, flag: "token-invalid", secret: &secrets0})
 	h.sec.Set("acct_orphan", secrets0)
 	s := h.checkup().Store()
-	if !s.Readable || s.Accounts != 3 || s.Enabled != 2 || s.Disabled != 1 || s.Flagged != 1 || s.GoodBackups != 0 {
+	if !s.Readable || s.Accounts != 3 || s.Enabled != 2 || s.Disabled != 1 || s.Flagged != 1 || s.GoodBackups != 1 {
 		t.Errorf("health %+v", s)
 	}
 	if len(s.MissingSecrets) != 1 || s.MissingSecrets[0] != 2 || s.OrphanedSecrets == nil || *s.OrphanedSecrets != 1 {

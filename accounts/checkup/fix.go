@@ -1,6 +1,8 @@
 package checkup
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,12 +73,24 @@ func (r FixResult) Failed() bool {
 	return slices.ContainsFunc(r.Actions, func(a Action) bool { return a.Status == ActionFailed })
 }
 
+// FixOptions says how far Fix may go.
+type FixOptions struct {
+	// DryRun changes nothing, refreshes nothing (refresh tokens are
+	// single-use) and lists what Fix would do.
+	DryRun bool
+	// PruneSecrets deletes orphaned secrets: those that no account in the
+	// store or in any backup names. Without it they are only listed: no
+	// repair deletes a secret on its own (SPEC §2).
+	PruneSecrets bool
+}
+
 // fixRun is one Fix in progress.
 type fixRun struct {
-	c   *Checkup
-	ctx context.Context
-	dry bool
-	now time.Time
+	c     *Checkup
+	ctx   context.Context
+	dry   bool
+	prune bool
+	now   time.Time
 	// pool is the pool as it is (or, in a dry run, would be) after the
 	// steps so far; nil when the store is unreadable and was not restored,
 	// and then every step that needs the account list is skipped, so a
@@ -135,18 +149,16 @@ var fixSteps = []struct {
 	{"proxy.json", fixProxyInfo},
 }
 
-// Fix repairs what it can and lists every change. With dryRun it changes
-// nothing, refreshes nothing (refresh tokens are single-use), and lists
-// what it would do.
-func (c *Checkup) Fix(ctx context.Context, dryRun bool) FixResult {
-	f := &fixRun{c: c, ctx: ctx, dry: dryRun, now: c.d.Now()}
+// Fix repairs what it can and lists every change, as o allows.
+func (c *Checkup) Fix(ctx context.Context, o FixOptions) FixResult {
+	f := &fixRun{c: c, ctx: ctx, dry: o.DryRun, prune: o.PruneSecrets, now: c.d.Now()}
 	if fi, err := os.Stat(c.d.Dir); err != nil || !fi.IsDir() {
-		return FixResult{DryRun: dryRun} // no home: nothing to repair
+		return FixResult{DryRun: o.DryRun} // no home: nothing to repair
 	}
 	for _, s := range fixSteps {
 		s.run(f)
 	}
-	return FixResult{DryRun: dryRun, Actions: f.out}
+	return FixResult{DryRun: o.DryRun, Actions: f.out}
 }
 
 // fixPermissions makes the home 0700 and its files 0600.
@@ -177,10 +189,15 @@ func (f *fixRun) chmod(path string, from, to os.FileMode) {
 	f.add(a)
 }
 
-// fixStore restores the newest good backup of an unreadable accounts.json.
-// The damaged file is kept as accounts.json.corrupt-<time>: hard-linked
-// there before the backup is renamed over it, so readers never see the
-// store missing, and its bytes are never lost.
+// fixStore restores the newest good backup of an unreadable accounts.json
+// (which, since every write backs up its result, holds the last good
+// state), and salvages into it the accounts that were still in the pool:
+// complete account objects the damaged file still holds, and accounts of
+// older backups whose secret is still stored (removing an account deletes
+// its secret, so such an account was never removed). The damaged file is
+// kept as accounts.json.corrupt-<time>: hard-linked there before the
+// backup is renamed over it, so readers never see the store missing, and
+// its bytes are never lost.
 func fixStore(f *fixRun) {
 	pr := f.c.readPool()
 	f.pool, f.exists = pr.pool, pr.exists
@@ -196,11 +213,17 @@ func fixStore(f *fixRun) {
 		return
 	}
 	b := backups[0]
+	damaged, _ := os.ReadFile(path)
+	pool, data, saved := f.salvage(b, backups[1:], damaged)
 	aside := path + ".corrupt-" + f.now.UTC().Format("20060102T150405Z")
-	a.Detail = fmt.Sprintf("restore %s (%d accounts); keep the unreadable file as %s", b.name, len(b.pool.Accounts), filepath.Base(aside))
+	what := fmt.Sprintf("%s (%d accounts)", b.name, len(b.pool.Accounts))
+	if len(saved) > 0 {
+		what += fmt.Sprintf(" and salvage %s (%s)", plural(len(saved), "account"), strings.Join(saved, ", "))
+	}
+	a.Detail = fmt.Sprintf("restore %s; keep the unreadable file as %s", what, filepath.Base(aside))
 	if f.dry {
 		f.add(a)
-		f.pool = b.pool
+		f.pool = pool
 		return
 	}
 	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, accounts.LockFile), false, 15*time.Second)
@@ -219,13 +242,97 @@ func fixStore(f *fixRun) {
 		f.fail(a, fmt.Errorf("cannot keep the unreadable file as %s: %w; nothing was changed", filepath.Base(aside), err))
 		return
 	}
-	a.Detail = fmt.Sprintf("restored %s (%d accounts); the unreadable file is kept as %s", b.name, len(b.pool.Accounts), filepath.Base(kept))
-	if err := homefs.WriteFile(path, b.data); err != nil {
+	a.Detail = fmt.Sprintf("restored %s; the unreadable file is kept as %s", strings.Replace(what, " and salvage ", " and salvaged ", 1), filepath.Base(kept))
+	if err := homefs.WriteFile(path, data); err != nil {
 		f.fail(a, fmt.Errorf("writing the backup failed: %w", err))
 		return
 	}
 	f.add(a)
-	f.pool = b.pool
+	f.pool = pool
+}
+
+// salvage adds to backup b's pool the accounts it lacks that were still in
+// the pool when it was damaged, and returns the pool, its bytes, and the
+// salvaged accounts' names.
+func (f *fixRun) salvage(b backup, older []backup, damaged []byte) (*accounts.Pool, []byte, []string) {
+	var candidates []accounts.Account
+	candidates = append(candidates, completeAccounts(damaged)...)
+	if f.c.d.Secrets != nil {
+		if ids, err := f.c.d.Secrets.IDs(); err == nil {
+			for _, o := range older {
+				for _, acc := range o.pool.Accounts {
+					if slices.Contains(ids, acc.ID) {
+						candidates = append(candidates, acc)
+					}
+				}
+			}
+		}
+	}
+	var p *accounts.Pool
+	var saved []string
+	for _, acc := range candidates {
+		if acc.ID == "" || acc.Kind == "" {
+			continue
+		}
+		if p == nil {
+			p, _ = accounts.Parse(b.name, b.data) // a copy to add to
+		}
+		if p.IndexOf(acc.ID) > 0 {
+			continue
+		}
+		p.Accounts = append(p.Accounts, acc)
+		saved = append(saved, cmp.Or(acc.Label, acc.Email, acc.ID))
+	}
+	if len(saved) == 0 {
+		return b.pool, b.data, nil
+	}
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return b.pool, b.data, nil
+	}
+	return p, append(data, '\n'), saved
+}
+
+// completeAccounts returns the account objects a damaged accounts.json
+// still holds whole, reading its "accounts" array until the damage.
+func completeAccounts(data []byte) []accounts.Account {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if key != "accounts" {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return nil
+			}
+			continue
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+			return nil
+		}
+		var out []accounts.Account
+		for dec.More() {
+			var a accounts.Account
+			if dec.Decode(&a) != nil {
+				break
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	return nil
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // keepAside keeps the bytes of path under a new name starting with aside
@@ -298,9 +405,9 @@ func fixDuplicates(f *fixRun) {
 		return
 	}
 	var done []Action
-	var removed []string
 	p, err := st.Update(func(p *accounts.Pool) error {
-		done, removed = nil, nil
+		done = nil
+		var removed []string
 		for _, g := range duplicates(p) { // again, under the lock
 			keep := p.At(g[0])
 			for _, i := range g[1:] {
@@ -330,15 +437,8 @@ func fixDuplicates(f *fixRun) {
 	for _, a := range done {
 		f.add(a)
 	}
-	// After the store write: a crash in between leaves orphaned secrets
-	// (removed by the next fix), never an account without its secret.
-	for _, id := range removed {
-		if f.c.d.Secrets != nil {
-			if err := f.c.d.Secrets.Delete(id); err != nil {
-				f.fail(Action{Action: ActionRemoveOrphan, Target: id, Detail: "the secret of a merged duplicate"}, err)
-			}
-		}
-	}
+	// The merged duplicates' secrets stay: no repair deletes a secret,
+	// and the kept account already has the newest of them.
 }
 
 func mergeDetail(p *accounts.Pool, keep *accounts.Account, keepIndex, dupIndex int) string {
@@ -375,9 +475,10 @@ func (f *fixRun) keepNewestSecret(keepID, dupID string) error {
 // errNoWrite ends a Store.Update that only needed the store lock.
 var errNoWrite = errors.New("checkup: nothing to write")
 
-// fixOrphans deletes the secrets of accounts that are not in the pool. In
-// a real run it decides under the store lock, because adding an account
-// stores its secret before the account appears (under that lock).
+// fixOrphans lists the secrets that no account in the store or in any
+// backup names, and deletes them only with --prune-secrets. In a real run
+// it decides under the store lock, because adding an account stores its
+// secret before the account appears (under that lock).
 func fixOrphans(f *fixRun) {
 	if f.pool == nil || !f.exists || f.c.d.Secrets == nil {
 		return
@@ -387,16 +488,25 @@ func fixOrphans(f *fixRun) {
 		if err != nil {
 			return nil, err
 		}
-		return orphans(p, ids), nil
+		out := orphans(p, ids)
+		for _, b := range f.c.goodBackups() {
+			out = slices.DeleteFunc(out, func(id string) bool { return b.pool.IndexOf(id) > 0 })
+		}
+		return out, nil
 	}
-	if f.dry {
+	const detail = "the secret belongs to no account in the store or its backups"
+	if f.dry || !f.prune {
 		ids, err := list(f.pool)
 		if err != nil {
 			f.fail(Action{Action: ActionRemoveOrphan, Target: f.c.d.Secrets.Backend()}, err)
 			return
 		}
 		for _, id := range ids {
-			f.add(Action{Action: ActionRemoveOrphan, Target: id, Detail: "the secret belongs to no account"})
+			a := Action{Action: ActionRemoveOrphan, Target: id, Status: ActionPlanned, Detail: detail}
+			if !f.prune {
+				a.Detail += "; kept: \"rotor fix --prune-secrets\" deletes it"
+			}
+			f.add(a)
 		}
 		return
 	}
@@ -411,7 +521,7 @@ func fixOrphans(f *fixRun) {
 			return err
 		}
 		for _, id := range ids {
-			a := Action{Action: ActionRemoveOrphan, Target: id, Detail: "the secret belongs to no account"}
+			a := Action{Action: ActionRemoveOrphan, Target: id, Detail: detail}
 			if err := f.c.d.Secrets.Delete(id); err != nil {
 				f.fail(a, err)
 				continue

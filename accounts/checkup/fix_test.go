@@ -22,7 +22,7 @@ func dryThenReal(t *testing.T, h *testHome) (dry, real checkup.FixResult) {
 	t.Helper()
 	before := h.snapshot()
 	calls := h.auth.total()
-	dry = h.checkup().Fix(context.Background(), true)
+	dry = h.checkup().Fix(context.Background(), checkup.FixOptions{DryRun: true})
 	h.sameAs(before)
 	if h.auth.total() != calls {
 		t.Errorf("the dry run called the token endpoint")
@@ -35,7 +35,7 @@ func dryThenReal(t *testing.T, h *testHome) (dry, real checkup.FixResult) {
 			t.Errorf("dry run action %+v is not planned", a)
 		}
 	}
-	real = h.checkup().Fix(context.Background(), false)
+	real = h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	return dry, real
 }
 
@@ -43,7 +43,7 @@ func TestFixHealthyHomeDoesNothing(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"), chatgpt("me", "me@example.com", "cg-1", "at-1", "rt-good-1", time.Hour))
 	before := h.snapshot()
-	res := h.checkup().Fix(context.Background(), false)
+	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	if len(res.Actions) != 0 || res.Changed() || res.Failed() {
 		t.Errorf("healthy home: %+v", res.Actions)
 	}
@@ -53,8 +53,8 @@ func TestFixHealthyHomeDoesNothing(t *testing.T) {
 func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
-	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })   // .bak: label one
-	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "three" }) // .bak: two, .bak.1: one
+	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })   // .bak: two, .bak.1: one
+	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "three" }) // .bak: three, .bak.1: two, .bak.2: one
 	good, _ := os.ReadFile(h.path("accounts.json.bak.1"))
 	h.writeFile("accounts.json.bak", "{broken", 0o600) // the newest backup is damaged too
 	const corrupt = `{"version":1,"accounts":[{"id":"acct_aaaa"` + "\x00garbage"
@@ -71,7 +71,7 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	if got, _ := os.ReadFile(h.path(accounts.FileName)); string(got) != string(good) {
 		t.Errorf("accounts.json is not the newest good backup:\n%s", got)
 	}
-	if h.pool().Accounts[0].Label != "one" {
+	if h.pool().Accounts[0].Label != "two" {
 		t.Errorf("restored pool: %+v", h.pool())
 	}
 	aside, _ := filepath.Glob(h.path("accounts.json.corrupt-*"))
@@ -93,9 +93,10 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
+	os.Remove(h.path("accounts.json.bak"))
 	h.writeFile(accounts.FileName, "{not json", 0o600)
 	before := h.snapshot()
-	res := h.checkup().Fix(context.Background(), false)
+	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	a := action(res, checkup.ActionRestoreStore, "")
 	if a == nil || a.Status != checkup.ActionFailed || !res.Failed() || !strings.Contains(a.Error, "no backup is readable") {
 		t.Fatalf("want a failed restore: %+v", res.Actions)
@@ -107,7 +108,7 @@ func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
 	h.sameAs(before)
 }
 
-func TestFixMergesDuplicatesAndRemovesOrphans(t *testing.T) {
+func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
 	h := newTestHome(t)
 	h.write(
 		chatgpt("me", "me@example.com", "cg-1", "at-old", "rt-good-old", time.Hour),
@@ -136,16 +137,30 @@ func TestFixMergesDuplicatesAndRemovesOrphans(t *testing.T) {
 	if s, _ := h.secret("acct_aaaa"); s.RefreshToken != "rt-good-new" {
 		t.Errorf("kept account has refresh token %q, want the newer login's", s.RefreshToken)
 	}
-	for _, id := range []string{"acct_cccc", "acct_gone"} {
-		if _, ok := h.secret(id); ok {
-			t.Errorf("secret %s survived", id)
+	// No repair deletes a secret: the merged duplicate's and the orphan
+	// stay, the orphan listed for --prune-secrets.
+	for _, id := range []string{"acct_bbbb", "acct_cccc", "acct_gone"} {
+		if _, ok := h.secret(id); !ok {
+			t.Errorf("secret %s was deleted", id)
 		}
 	}
-	if _, ok := h.secret("acct_bbbb"); !ok {
-		t.Error("a live account's secret was removed")
+	if a := action(res, checkup.ActionRemoveOrphan, "acct_gone"); a == nil || a.Status != checkup.ActionPlanned || !strings.Contains(a.Detail, "--prune-secrets") {
+		t.Errorf("orphan not listed for --prune-secrets: %+v", res.Actions)
+	}
+	// --prune-secrets deletes the orphan, not the duplicate's secret,
+	// which the backups still name.
+	pruned := h.checkup().Fix(context.Background(), checkup.FixOptions{PruneSecrets: true})
+	if a := action(pruned, checkup.ActionRemoveOrphan, "acct_gone"); a == nil || a.Status != checkup.ActionDone || len(pruned.Actions) != 1 {
+		t.Errorf("prune: %+v", pruned.Actions)
+	}
+	if _, ok := h.secret("acct_gone"); ok {
+		t.Error("--prune-secrets kept the orphan")
+	}
+	if _, ok := h.secret("acct_cccc"); !ok {
+		t.Error("--prune-secrets deleted a secret a backup names")
 	}
 	// Nothing left to do.
-	if again := h.checkup().Fix(context.Background(), false); len(again.Actions) != 0 {
+	if again := h.checkup().Fix(context.Background(), checkup.FixOptions{}); len(again.Actions) != 0 {
 		t.Errorf("second fix: %+v", again.Actions)
 	}
 }
@@ -307,7 +322,7 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	h.writeFile("accounts.json.corrupt-20260301T120000Z", "earlier", 0o600)
 	h.writeFile(accounts.FileName, "{later", 0o600)
-	res := h.checkup(func(d *checkup.Deps) { d.Now = func() time.Time { return at } }).Fix(context.Background(), false)
+	res := h.checkup(func(d *checkup.Deps) { d.Now = func() time.Time { return at } }).Fix(context.Background(), checkup.FixOptions{})
 	if a := action(res, checkup.ActionRestoreStore, ""); a == nil || a.Status != checkup.ActionDone ||
 		!strings.Contains(a.Detail, "accounts.json.corrupt-20260301T120000Z-1") {
 		t.Fatalf("restore: %+v", res.Actions)
@@ -316,5 +331,55 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 		if got, _ := os.ReadFile(h.path(name)); string(got) != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// The repair the STORAGE_UNREADABLE message sends people to must never
+// lose a key: here a home from before backups held the current state, its
+// newest backup one account short, and a store truncated mid-account.
+func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
+	h := newTestHome(t)
+	h.write(apiKey("one", "sk-1"), apiKey("two", "sk-2"), apiKey("three", "sk-3"))
+	full, _ := os.ReadFile(h.path(accounts.FileName))
+	// The newest backup is one change behind (two accounts), an older
+	// one has all three.
+	h.update(func(p *accounts.Pool) { p.Accounts = p.Accounts[:2] })
+	short, _ := os.ReadFile(h.path(accounts.FileName))
+	h.writeFile("accounts.json.bak.1", string(full), 0o600)
+	h.writeFile("accounts.json.bak", string(short), 0o600)
+	h.writeFile(accounts.FileName, `{"version":1,"accounts":[{"id":`, 0o600)
+
+	dry, res := dryThenReal(t, h)
+	if a := action(dry, checkup.ActionRestoreStore, ""); a == nil || !strings.Contains(a.Detail, "salvage 1 account (three)") {
+		t.Errorf("dry run: %+v", dry.Actions)
+	}
+	if res.Failed() {
+		t.Fatalf("fix: %+v", res.Actions)
+	}
+	p := h.pool()
+	if len(p.Accounts) != 3 || p.Accounts[2].Label != "three" {
+		t.Fatalf("restored pool %+v", p.Accounts)
+	}
+	for _, id := range []string{"acct_aaaa", "acct_bbbb", "acct_cccc"} {
+		if _, ok := h.secret(id); !ok {
+			t.Errorf("secret %s was lost", id)
+		}
+	}
+	if action(res, checkup.ActionRemoveOrphan, "") != nil {
+		t.Errorf("fix touched secrets: %+v", res.Actions)
+	}
+}
+
+// Whole account objects a damaged store still holds are salvaged too.
+func TestFixSalvagesCompleteAccountsOfTheDamagedFile(t *testing.T) {
+	h := newTestHome(t)
+	h.write(apiKey("one", "sk-1"))
+	const damaged = `{"version":1,"accounts":[{"id":"acct_aaaa","label":"one","kind":"api-key","enabled":true},` +
+		`{"id":"acct_zzzz","label":"late","kind":"api-key","enabled":true},{"id":"acct_yy`
+	h.writeFile(accounts.FileName, damaged, 0o600)
+	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
+	p := h.pool()
+	if res.Failed() || len(p.Accounts) != 2 || p.Accounts[1].ID != "acct_zzzz" || p.Accounts[1].Label != "late" {
+		t.Errorf("pool %+v after %+v", p.Accounts, res.Actions)
 	}
 }

@@ -62,7 +62,7 @@ func init() {
 		"forecast":       {cmdForecast, "forecast [--json]                            who can serve now, who waits and why, at what risk"},
 		"report":         {cmdReport, "report [--json]                              forecast, store health and usage over 1h, 24h, 7d"},
 		"doctor":         {cmdDoctor, "doctor [--json]                              check the home, store, secrets, tokens, pin, proxy"},
-		"fix":            {cmdFix, "fix [--dry-run] [--json]                     repair what doctor finds (--dry-run: list only)"},
+		"fix":            {cmdFix, "fix [--dry-run] [--prune-secrets] [--json]   repair what doctor finds (--dry-run: list only)"},
 		"verify-flagged": {cmdVerifyFlagged, "verify-flagged [--dry-run] [--json]          re-check flagged accounts, restore those that work"},
 	}
 }

@@ -11,15 +11,16 @@ import (
 func cmdFix(a *app, args []string) error {
 	fs := a.flags("fix")
 	dry := fs.Bool("dry-run", false, "only list what would be repaired; change nothing")
+	prune := fs.Bool("prune-secrets", false, "also delete secrets that no account in the store or its backups names")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := noArgs(fs, args, "Usage: rotor fix [--dry-run] [--json]"); err != nil {
+	if err := noArgs(fs, args, "Usage: rotor fix [--dry-run] [--prune-secrets] [--json]"); err != nil {
 		return err
 	}
 	dir, err := a.home()
 	if err != nil {
 		return err
 	}
-	res := a.checkup(dir).Fix(context.Background(), *dry)
+	res := a.checkup(dir).Fix(context.Background(), checkup.FixOptions{DryRun: *dry, PruneSecrets: *prune})
 	actions := res.Actions
 	if actions == nil {
 		actions = []checkup.Action{}

@@ -321,7 +321,7 @@ func TestDiagFixCommand(t *testing.T) {
 	h := newDiagHome(t)
 	h.write(diagKey("one", "sk-1"), diagKey("two", "sk-2"))
 	st, _ := accounts.Open(h.dir)
-	st.Update(func(p *accounts.Pool) error { p.Accounts[0].Label = "uno"; return nil }) // .bak has two accounts
+	st.Update(func(p *accounts.Pool) error { p.Accounts[0].Label = "uno"; return nil }) // .bak holds this state
 	const damaged = `{"version":1,"accounts":[{"id":`
 	if err := os.WriteFile(h.path(accounts.FileName), []byte(damaged), 0o600); err != nil {
 		t.Fatal(err)
@@ -347,10 +347,12 @@ func TestDiagFixCommand(t *testing.T) {
 	}
 
 	v = h.runJSON(0, "fix", "--json")
-	if diagField(t, v, "dry_run") != false || diagField(t, v, "changed") != true || diagField(t, v, "actions", 0, "status") != "done" {
+	if diagField(t, v, "dry_run") != false || diagField(t, v, "changed") != true || diagField(t, v, "actions", 0, "status") != "done" ||
+		diagField(t, v, "actions", 1, "status") != "planned" {
 		t.Errorf("fix: %v", v)
 	}
-	if p := h.pool(); len(p.Accounts) != 2 || p.Accounts[0].Label != "one" {
+	// The newest backup is the last good state: nothing is lost.
+	if p := h.pool(); len(p.Accounts) != 2 || p.Accounts[0].Label != "uno" {
 		t.Errorf("restored pool %+v", p.Accounts)
 	}
 	kept, _ := filepath.Glob(h.path("accounts.json.corrupt-*"))
@@ -360,8 +362,15 @@ func TestDiagFixCommand(t *testing.T) {
 	if data, _ := os.ReadFile(kept[0]); string(data) != damaged {
 		t.Error("kept file differs from the damaged store")
 	}
+	// The orphan is listed, not deleted, until --prune-secrets.
+	if _, err := h.sec.Get("acct_9"); err != nil {
+		t.Error("fix deleted a secret without --prune-secrets")
+	}
+	if r := h.run("fix", "--prune-secrets"); r.code != 0 || !strings.Contains(r.stdout, "remove-orphaned-secret") {
+		t.Errorf("fix --prune-secrets: %+v", r)
+	}
 	if _, err := h.sec.Get("acct_9"); err == nil {
-		t.Error("orphaned secret survived")
+		t.Error("orphaned secret survived --prune-secrets")
 	}
 	if r := h.run("fix"); r.code != 0 || strings.TrimSpace(r.stdout) != "Nothing to fix." {
 		t.Errorf("second fix: %+v", r)

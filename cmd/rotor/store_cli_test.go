@@ -389,3 +389,34 @@ func TestSecretsStayInSecretsFile(t *testing.T) {
 		t.Errorf("secrets.json does not hold the login (%v)", err)
 	}
 }
+
+// The repair STORAGE_UNREADABLE points to never loses a key: three keys,
+// a store truncated mid-account, rotor fix; all three accounts and their
+// secrets are there afterwards, and the proxy can use them.
+func TestFixAfterTruncationKeepsEveryKey(t *testing.T) {
+	h := newHome(t)
+	for _, k := range []string{"sk-one", "sk-two", "sk-three"} {
+		h.addKey(k[3:], k)
+	}
+	secretsBefore, _ := os.ReadFile(h.path("secrets.json"))
+	if err := os.WriteFile(h.path(accounts.FileName), []byte(`{"version":1,"accounts":[{"id":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("", "list"); r.code != 1 || !strings.Contains(r.stderr, "rotor fix") {
+		t.Fatalf("list on a damaged store: %v", r)
+	}
+	h.ok("", "fix")
+	p := h.pool()
+	if len(p.Accounts) != 3 || p.Accounts[2].Label != "three" {
+		t.Fatalf("after fix: %+v", p.Accounts)
+	}
+	if after, _ := os.ReadFile(h.path("secrets.json")); string(after) != string(secretsBefore) {
+		t.Error("fix changed secrets.json")
+	}
+	secs := h.secretsFile()
+	for _, a := range p.Accounts {
+		if secs[a.ID]["api_key"] == nil {
+			t.Errorf("account %s lost its key", a.Label)
+		}
+	}
+}
