@@ -266,6 +266,14 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 			return nil
 		}
 		disk, err := readState(r.path)
+		if errors.Is(err, ErrDamagedState) {
+			// Advisory state: read as empty, and said once per change of
+			// the file, not at every sync.
+			r.mu.Lock()
+			r.stamp = stamp
+			r.mu.Unlock()
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -341,7 +349,12 @@ func readState(path string) (*stateFile, error) {
 	}
 	var f stateFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s is damaged (%v): %w", path, err, ErrDamagedState)
 	}
 	return &f, nil
 }
+
+// ErrDamagedState is the error of a state.json that does not parse. The
+// state is advisory (SPEC §2): callers read it as empty, say so once,
+// and the next write replaces it.
+var ErrDamagedState = errors.New("runtime state unreadable; read as empty")

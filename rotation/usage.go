@@ -153,7 +153,8 @@ func (u *UsageLog) Path() string { return u.path }
 // reopen (re)opens the path and forgets the previous descriptor. Callers
 // hold u.mu (or own u exclusively).
 func (u *UsageLog) reopen() error {
-	f, err := os.OpenFile(u.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, homefs.FileMode)
+	// Read too: Append looks at the last byte before it writes.
+	f, err := os.OpenFile(u.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, homefs.FileMode)
 	if err != nil {
 		return err
 	}
@@ -204,12 +205,29 @@ func (u *UsageLog) Append(rec Usage) {
 	if u.f == nil {
 		return
 	}
+	if torn(u.f) {
+		// A writer killed mid-line (kill -9, a full disk) left a line
+		// without its newline: end it, so this record is not glued to it.
+		line = append([]byte{'\n'}, line...)
+	}
 	n, _ := u.f.Write(line)
 	u.size += int64(n)
 	u.since++
 	if u.size >= u.opt.MaxBytes {
 		u.rotate(now)
 	}
+}
+
+// torn reports whether f's last byte is not a newline. Writes are whole
+// lines under O_APPEND, so only a writer that died mid-write leaves one.
+func torn(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	var b [1]byte
+	_, err = f.ReadAt(b[:], fi.Size()-1)
+	return err == nil && b[0] != '\n'
 }
 
 // rotate renames a full usage.jsonl to usage.jsonl.1 and reopens. The lock

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +89,29 @@ func TestUsageSkipsDamagedLines(t *testing.T) {
 	// A missing log is empty, not an error.
 	if rep, err := SummarizeUsage(t.TempDir(), now, ReportWindows); err != nil || rep.Records != 0 {
 		t.Errorf("missing log: %+v %v", rep, err)
+	}
+}
+
+// A line left without its newline (a writer killed mid-write) never
+// swallows the next record: the next writer ends it first.
+func TestUsageTornLastLineDoesNotSwallowTheNext(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now().UTC()
+	good, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
+	if err := os.WriteFile(filepath.Join(dir, UsageFile), append(append(good, '\n'), good[:25]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, err := OpenUsageLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Append(usageRec(now, "a2", "m", 200, "", nil))
+	log.Append(usageRec(now, "a3", "m", 200, "", nil))
+	log.Close()
+	var ids []string
+	skipped, err := ReadUsage(dir, func(u Usage) { ids = append(ids, u.AccountID) })
+	if err != nil || skipped != 1 || strings.Join(ids, ",") != "a1,a2,a3" {
+		t.Errorf("records %v, skipped %d (%v); want a1,a2,a3 and the torn line skipped", ids, skipped, err)
 	}
 }
 

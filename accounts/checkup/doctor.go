@@ -2,6 +2,7 @@ package checkup
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,7 @@ var doctorChecks = []struct {
 	{"duplicates", checkDuplicates},
 	{"flagged", checkFlagged},
 	{"pin", checkPin},
+	{"state", checkState},
 	{"proxy", checkProxy},
 }
 
@@ -301,6 +303,21 @@ func checkOrphans(r *doctorRun) []Check {
 	}
 	return []Check{{"orphaned_secrets", StatusWarn, fmt.Sprintf("%d secret(s) belong to no account (%s); \"rotor fix\" removes them",
 		len(o), strings.Join(o, ", "))}}
+}
+
+// checkState reports a state.json that does not parse: advisory, so a
+// warning, and "rotor fix" starts it afresh.
+func checkState(r *doctorRun) []Check {
+	data, err := os.ReadFile(filepath.Join(r.c.d.Dir, rotation.StateFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return []Check{{"state", StatusWarn, err.Error()}}
+	case !json.Valid(data):
+		return []Check{{"state", StatusWarn, rotation.StateFile + " is damaged; commands read it as empty and \"rotor fix\" rewrites it"}}
+	}
+	return []Check{{"state", StatusOK, rotation.StateFile + " reads"}}
 }
 
 func checkDuplicates(r *doctorRun) []Check {

@@ -33,6 +33,7 @@ const (
 	ActionDisableAccount  = "disable-account"
 	ActionClearState      = "clear-state"
 	ActionDropState       = "drop-state"
+	ActionResetState      = "reset-state"
 	ActionRemoveLock      = "remove-stale-lock"
 	ActionRemoveTemp      = "remove-temp-file"
 	ActionRemoveProxyInfo = "remove-stale-proxy-info"
@@ -639,6 +640,9 @@ func fixState(f *fixRun) {
 	}
 	if f.dry {
 		doc, acts, err := f.pruneState(path)
+		if err == nil && doc == nil {
+			f.add(Action{Action: ActionResetState, Target: rotation.StateFile, Detail: "unreadable; keep it aside and start empty"})
+		}
 		if err == nil && doc != nil {
 			for _, a := range acts {
 				f.add(a)
@@ -653,8 +657,12 @@ func fixState(f *fixRun) {
 	}
 	defer lock.Unlock()
 	doc, acts, err := f.pruneState(path)
-	if err != nil || doc == nil || len(acts) == 0 {
-		return // an unreadable state file is a cache the proxies rebuild
+	if err == nil && doc == nil {
+		f.resetState(path)
+		return
+	}
+	if err != nil || len(acts) == 0 {
+		return
 	}
 	data, err := json.MarshalIndent(doc, "", "  ")
 	if err == nil {
@@ -667,6 +675,24 @@ func fixState(f *fixRun) {
 	for _, a := range acts {
 		f.add(a)
 	}
+}
+
+// resetState replaces a state.json that does not parse with an empty one,
+// keeping the damaged bytes aside. Callers hold the state lock. Nothing
+// is lost that matters: the state is what upstreams said, and the proxies
+// learn it again.
+func (f *fixRun) resetState(path string) {
+	a := Action{Action: ActionResetState, Target: rotation.StateFile}
+	kept, err := keepAside(path, path+".corrupt-"+f.now.UTC().Format("20060102T150405Z"))
+	if err == nil {
+		err = homefs.WriteFile(path, []byte("{\n  \"version\": 1,\n  \"accounts\": {}\n}\n"))
+	}
+	if err != nil {
+		f.fail(a, err)
+		return
+	}
+	a.Detail = "unreadable; started empty, the damaged file is kept as " + filepath.Base(kept)
+	f.add(a)
 }
 
 // pruneState reads state.json and returns it with passed deadlines and

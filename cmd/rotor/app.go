@@ -182,7 +182,10 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 	sel := rotation.NewSelector(rt, rotation.SystemClock{}, uint64(time.Now().UnixNano()))
 	sel.SetPool(pool)
 	if err := rt.Sync(nil); err != nil {
-		return nil, err
+		if !errors.Is(err, rotation.ErrDamagedState) {
+			return nil, err
+		}
+		fmt.Fprintf(a.stderr, "rotor: warning: %v (\"rotor fix\" rewrites it)\n", err)
 	}
 	return sel, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -418,5 +419,35 @@ func TestFixAfterTruncationKeepsEveryKey(t *testing.T) {
 		if secs[a.ID]["api_key"] == nil {
 			t.Errorf("account %s lost its key", a.Label)
 		}
+	}
+}
+
+// state.json is advisory (SPEC §2): damaged, it is read as empty with a
+// one-line warning, doctor reports it and fix rewrites it.
+func TestDamagedStateIsAdvisory(t *testing.T) {
+	h := newHome(t)
+	h.addKey("one", "sk-one")
+	if err := os.WriteFile(h.path("state.json"), []byte(`{"version":1,"accounts":{"x":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"list"}, {"status", "--json"}, {"rotation", "status"}, {"forecast"}, {"report", "--json"}} {
+		r := h.run("", args...)
+		if r.code != 0 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "state.json") || !strings.Contains(r.stderr, "rotor fix") {
+			t.Errorf("rotor %s on a damaged state.json: %v", strings.Join(args, " "), r)
+		}
+	}
+	if r := h.run("", "doctor"); r.code != 0 || !regexp.MustCompile(`(?m)^\s*warn\s+state\s+.*damaged`).MatchString(r.stdout) {
+		t.Errorf("doctor: %v", r)
+	}
+	h.ok("", "fix")
+	data, _ := os.ReadFile(h.path("state.json"))
+	if !json.Valid(data) {
+		t.Errorf("fix left state.json damaged: %s", data)
+	}
+	if kept, _ := filepath.Glob(h.path("state.json.corrupt-*")); len(kept) != 1 {
+		t.Errorf("the damaged state was not kept aside: %v", kept)
+	}
+	if r := h.ok("", "list"); r.stderr != "" {
+		t.Errorf("a warning after fix: %q", r.stderr)
 	}
 }
