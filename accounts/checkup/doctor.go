@@ -407,17 +407,22 @@ func checkProxy(r *doctorRun) []Check {
 		return []Check{{"proxy", StatusError, fmt.Sprintf("pid %d runs but %s does not answer (%v); restart \"rotor serve\"", in.PID, in.URL, err)}}
 	case status == http.StatusUnauthorized:
 		return []Check{{"proxy", StatusError, fmt.Sprintf("%s refused the client key in proxy.json (401): another program may hold the port; restart \"rotor serve\"", in.URL)}}
+	case status == http.StatusNotFound:
+		// A serve from before /healthz: it took the key, so it answers.
+		return []Check{{"proxy", StatusOK, fmt.Sprintf("pid %d answers at %s (an older rotor serve: restart it for GET /healthz)", in.PID, in.URL)}}
 	case status/100 != 2:
-		return []Check{{"proxy", StatusWarn, fmt.Sprintf("pid %d answers at %s, but GET /v1/models said %d: the accounts cannot serve now; see \"rotor forecast\"", in.PID, in.URL, status)}}
+		return []Check{{"proxy", StatusWarn, fmt.Sprintf("pid %d answers at %s, but GET /v1/healthz said %d", in.PID, in.URL, status)}}
 	}
 	return []Check{{"proxy", StatusOK, fmt.Sprintf("pid %d answers at %s", in.PID, in.URL)}}
 }
 
-// reachProxy asks a running proxy for its models with its own client key.
+// reachProxy asks a running proxy's own health endpoint, with its client
+// key: it answers without going upstream, so the check spends no account
+// and leaves no trace in "rotor report".
 // When the URL cannot even be parsed into a request, a TCP connect to its
 // host tells at least whether something listens there.
 func (c *Checkup) reachProxy(ctx context.Context, in proxy.Info) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(in.URL, "/")+"/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(in.URL, "/")+"/healthz", nil)
 	if err != nil {
 		u, perr := url.Parse(in.URL)
 		if perr != nil || u.Host == "" {

@@ -122,7 +122,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 	var gotAuth string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotAuth = r.Header.Get("Authorization")
-		if r.URL.Path != "/v1/models" {
+		if r.URL.Path != "/v1/healthz" {
 			http.NotFound(w, r)
 			return
 		}
@@ -130,7 +130,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 			w.WriteHeader(401)
 			return
 		}
-		w.Write([]byte(`{"object":"list","data":[]}`))
+		w.Write([]byte(`{"status":"ok"}`))
 	}))
 	defer srv.Close()
 	h := newTestHome(t)

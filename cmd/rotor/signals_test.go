@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -218,5 +219,31 @@ func TestServeWithNoAccountWarnsAndRefusesPlainly(t *testing.T) {
 	p.stop(t)
 	if !strings.Contains(p.stderr.String(), "no enabled account") {
 		t.Errorf("serve did not warn at start: %s", p.stderr.String())
+	}
+}
+
+// doctor checks a running serve through its own /healthz: no upstream
+// call, no usage record, no account moved.
+func TestDoctorSpendsNoAccount(t *testing.T) {
+	up := fakeupstream.New("../../testdata")
+	if err := up.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	h := newHome(t)
+	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
+	h.setenv("ROTOR_CLIENT_KEY", raceClientKey)
+	h.addKey("a", "sk-a")
+	p := raceServe(t, rotorBin, h.env, "serve")
+	r := h.run("", "doctor")
+	if !regexp.MustCompile(`(?m)^\s*ok\s+proxy\s+pid \d+ answers`).MatchString(r.stdout) {
+		t.Errorf("doctor: %v", r)
+	}
+	if n := up.Count("sk-a"); n != 0 {
+		t.Errorf("doctor sent %d requests upstream", n)
+	}
+	p.stop(t)
+	if data, _ := os.ReadFile(h.path("usage.jsonl")); len(data) != 0 {
+		t.Errorf("doctor left usage records: %s", data)
 	}
 }
