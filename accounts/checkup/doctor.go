@@ -387,33 +387,57 @@ func checkPin(r *doctorRun) []Check {
 	return []Check{{"pin", StatusOK, fmt.Sprintf("pinned to %s; \"rotor unpin\" rotates again", accountName(i, a))}}
 }
 
+// checkProxy checks every serve on the home (each keeps its own record):
+// one check, as bad as the worst serve, naming them all.
 func checkProxy(r *doctorRun) []Check {
-	dir := r.c.d.Dir
-	in, err := proxy.ReadInfo(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return []Check{{"proxy", StatusOK, "no proxy running (no proxy.json); start one with \"rotor serve\""}}
-	}
+	ins, bad, err := proxy.Infos(r.c.d.Dir)
 	if err != nil {
-		return []Check{{"proxy", StatusWarn, err.Error() + "; \"rotor fix\" removes it"}}
+		return []Check{{"proxy", StatusWarn, err.Error()}}
 	}
+	if len(ins) == 0 && len(bad) == 0 {
+		return []Check{{"proxy", StatusOK, "no proxy running (no serve record); start one with \"rotor serve\""}}
+	}
+	status := StatusOK
+	var parts []string
+	worse := func(s string) {
+		if rank[s] > rank[status] {
+			status = s
+		}
+	}
+	for _, name := range bad {
+		worse(StatusWarn)
+		parts = append(parts, name+" is not valid JSON; \"rotor fix\" removes it")
+	}
+	for _, in := range ins {
+		s, detail := r.checkServe(in)
+		worse(s)
+		parts = append(parts, detail)
+	}
+	return []Check{{"proxy", status, strings.Join(parts, "; ")}}
+}
+
+var rank = map[string]int{StatusOK: 0, StatusWarn: 1, StatusError: 2}
+
+// checkServe checks one serve record.
+func (r *doctorRun) checkServe(in proxy.Info) (string, string) {
 	if !r.c.d.Alive(in.PID) {
-		return []Check{{"proxy", StatusWarn, fmt.Sprintf("proxy.json is stale: pid %d is not running; \"rotor fix\" removes it", in.PID)}}
+		return StatusWarn, fmt.Sprintf("the record of pid %d is stale: it is not running; \"rotor fix\" removes it", in.PID)
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.c.d.ProxyTimeout)
 	defer cancel()
 	status, err := r.c.reachProxy(ctx, in)
 	switch {
 	case err != nil:
-		return []Check{{"proxy", StatusError, fmt.Sprintf("pid %d runs but %s does not answer (%v); restart \"rotor serve\"", in.PID, in.URL, err)}}
+		return StatusError, fmt.Sprintf("pid %d runs but %s does not answer (%v); restart \"rotor serve\"", in.PID, in.URL, err)
 	case status == http.StatusUnauthorized:
-		return []Check{{"proxy", StatusError, fmt.Sprintf("%s refused the client key in proxy.json (401): another program may hold the port; restart \"rotor serve\"", in.URL)}}
+		return StatusError, fmt.Sprintf("%s refused the client key of pid %d's record (401): another program may hold the port; restart \"rotor serve\"", in.URL, in.PID)
 	case status == http.StatusNotFound:
 		// A serve from before /healthz: it took the key, so it answers.
-		return []Check{{"proxy", StatusOK, fmt.Sprintf("pid %d answers at %s (an older rotor serve: restart it for GET /healthz)", in.PID, in.URL)}}
+		return StatusOK, fmt.Sprintf("pid %d answers at %s (an older rotor serve: restart it for GET /healthz)", in.PID, in.URL)
 	case status/100 != 2:
-		return []Check{{"proxy", StatusWarn, fmt.Sprintf("pid %d answers at %s, but GET /v1/healthz said %d", in.PID, in.URL, status)}}
+		return StatusWarn, fmt.Sprintf("pid %d answers at %s, but GET /v1/healthz said %d", in.PID, in.URL, status)
 	}
-	return []Check{{"proxy", StatusOK, fmt.Sprintf("pid %d answers at %s", in.PID, in.URL)}}
+	return StatusOK, fmt.Sprintf("pid %d answers at %s", in.PID, in.URL)
 }
 
 // reachProxy asks a running proxy's own health endpoint, with its client

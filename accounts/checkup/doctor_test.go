@@ -68,7 +68,7 @@ func TestDoctorFindsEveryProblem(t *testing.T) {
 		"duplicates":       {checkup.StatusWarn, "accounts 2 and 3"},
 		"flagged":          {checkup.StatusWarn, "token-invalid"},
 		"pin":              {checkup.StatusError, "disabled"},
-		"proxy":            {checkup.StatusWarn, "pid 999999 is not running"},
+		"proxy":            {checkup.StatusWarn, "pid 999999 is stale: it is not running"},
 	}
 	for name, w := range want {
 		c := check(res, name)

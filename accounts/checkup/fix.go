@@ -829,34 +829,36 @@ func fixTemps(f *fixRun) {
 	}
 }
 
-// fixProxyInfo removes a proxy.json whose process is gone, or which is not
-// JSON at all: either way no client can use it.
+// fixProxyInfo removes the serve records whose process is gone, or which
+// are not JSON at all: no client can use them. A proxy.json naming a dead
+// serve names a live one instead, when one runs.
 func fixProxyInfo(f *fixRun) {
 	dir := f.c.d.Dir
-	path := filepath.Join(dir, proxy.InfoFile)
-	in, err := proxy.ReadInfo(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	ins, bad, err := proxy.Infos(dir)
+	if err != nil {
 		return
 	}
-	a := Action{Action: ActionRemoveProxyInfo, Target: proxy.InfoFile}
-	switch {
-	case err != nil:
-		a.Detail = "not valid JSON"
-	case !f.c.d.Alive(in.PID):
-		a.Detail = fmt.Sprintf("pid %d is not running", in.PID)
-	default:
-		return
-	}
-	if !f.dry {
-		if err != nil {
-			err = os.Remove(path)
-		} else {
-			err = proxy.RemoveInfo(dir, in.PID) // only if it still names that pid
+	for _, name := range bad {
+		a := Action{Action: ActionRemoveProxyInfo, Target: name, Detail: "not valid JSON"}
+		if !f.dry {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				f.fail(a, err)
+				continue
+			}
 		}
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			f.fail(a, err)
-			return
-		}
+		f.add(a)
 	}
-	f.add(a)
+	for _, in := range ins {
+		if f.c.d.Alive(in.PID) {
+			continue
+		}
+		a := Action{Action: ActionRemoveProxyInfo, Target: proxy.RecordName(in.PID), Detail: fmt.Sprintf("pid %d is not running", in.PID)}
+		if !f.dry {
+			if err := proxy.RemoveInfo(dir, in.PID); err != nil {
+				f.fail(a, err)
+				continue
+			}
+		}
+		f.add(a)
+	}
 }

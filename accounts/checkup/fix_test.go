@@ -202,7 +202,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 		{checkup.ActionDropState, "acct_removed"},
 		{checkup.ActionRemoveLock, ".refresh-acct_removed.lock"},
 		{checkup.ActionRemoveTemp, ".accounts.json.tmp-123"},
-		{checkup.ActionRemoveProxyInfo, "proxy.json"},
+		{checkup.ActionRemoveProxyInfo, "proxy-999999.json"},
 	} {
 		if a := action(res, want.kind, want.target); a == nil || a.Status != checkup.ActionDone {
 			t.Errorf("no done %s on %s: %+v", want.kind, want.target, res.Actions)

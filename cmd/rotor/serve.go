@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -211,6 +212,16 @@ func cmdServe(a *app, args []string) error {
 	if len(pos) > 0 {
 		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor serve [--host H] [--port P] [--account SEL]")
 	}
+	// Signals are caught before anything is started, so a stop that comes
+	// at once still drains and removes the record. A closed stdout or
+	// stderr (rotor serve | head) must not stop serve: with SIGPIPE
+	// ignored, a write there fails and is dropped instead. SIGHUP too is a
+	// graceful stop: closing the terminal must not cut streams or leave a
+	// stale record behind.
+	signal.Ignore(syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	r, err := a.startProxy(o, a.stderr)
 	if err != nil {
 		return err
@@ -221,15 +232,7 @@ func cmdServe(a *app, args []string) error {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "rotor proxy listening on %s\n", r.url)
-	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", r.home+"/"+proxy.InfoFile)
-	// A closed stdout or stderr (rotor serve | head) must not stop serve:
-	// with SIGPIPE ignored, a write there fails and is dropped instead.
-	signal.Ignore(syscall.SIGPIPE)
-	// SIGHUP too is a graceful stop: closing the terminal must not cut
-	// streams or leave a stale record behind.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", filepath.Join(r.home, proxy.RecordName(pid)))
 	select {
 	case <-sigs:
 	case err := <-r.served:
@@ -249,12 +252,11 @@ func cmdEnv(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	in, err := proxy.ReadInfo(dir)
+	// A live serve, the default port's first: with several serves on one
+	// home each keeps its own record.
+	in, err := proxy.LiveInfo(dir)
 	if err != nil {
-		return rerr.NotFound("No running proxy found in " + dir + " (proxy.json). Start one with \"rotor serve\".")
-	}
-	if !proxy.ProcessAlive(in.PID) {
-		return rerr.NotFound(fmt.Sprintf("The proxy in %s (pid %d) is not running. Start one with \"rotor serve\".", dir, in.PID))
+		return rerr.NotFound("No running proxy found in " + dir + ". Start one with \"rotor serve\".")
 	}
 	fmt.Fprintf(a.stdout, "export OPENAI_BASE_URL=%s\nexport OPENAI_API_KEY=%s\n", in.URL, in.ClientKey)
 	return nil

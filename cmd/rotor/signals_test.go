@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
@@ -246,4 +249,66 @@ func TestDoctorSpendsNoAccount(t *testing.T) {
 	if data, _ := os.ReadFile(h.path("usage.jsonl")); len(data) != 0 {
 		t.Errorf("doctor left usage records: %s", data)
 	}
+}
+
+// Two serves on one home: each keeps its own record, rotor env picks a
+// live one (the default port first), stopping one leaves the other's,
+// and doctor lists both.
+func TestTwoServesKeepTheirRecords(t *testing.T) {
+	h := signalHome(t, fakeupstream.Behavior{})
+	first := raceServe(t, rotorBin, h.env, "first")
+	second := raceServe(t, rotorBin, h.env, "second")
+	for _, p := range []*raceProc{first, second} {
+		if _, err := os.Stat(h.path(proxy.RecordName(p.cmd.Process.Pid))); err != nil {
+			t.Errorf("no record of %s: %v", p.name, err)
+		}
+	}
+	env := h.ok("", "env")
+	if !strings.Contains(env.stdout, first.url) {
+		t.Errorf("rotor env picked %q, want the first serve %s", env.stdout, first.url)
+	}
+	doc := h.run("", "doctor", "--json")
+	for _, p := range []*raceProc{first, second} {
+		if !strings.Contains(doc.stdout, fmt.Sprintf("pid %d answers", p.cmd.Process.Pid)) {
+			t.Errorf("doctor does not list %s: %s", p.name, doc.stdout)
+		}
+	}
+	first.stop(t)
+	if _, err := os.Stat(h.path(proxy.RecordName(second.cmd.Process.Pid))); err != nil {
+		t.Errorf("stopping the first serve removed the second's record: %v", err)
+	}
+	env = h.ok("", "env")
+	if !strings.Contains(env.stdout, second.url) {
+		t.Errorf("after the first stopped, rotor env printed %q, want %s", env.stdout, second.url)
+	}
+	in, err := proxy.ReadInfo(h.dir)
+	if err != nil || in.PID != second.cmd.Process.Pid {
+		t.Errorf("proxy.json names %+v (%v), want the live second serve", in, err)
+	}
+	second.stop(t)
+	if r := h.run("", "env"); r.code != 1 {
+		t.Errorf("rotor env with no serve: %v", r)
+	}
+	if left, _ := filepath.Glob(h.path("proxy*.json")); len(left) != 0 {
+		t.Errorf("records left after clean stops: %v", left)
+	}
+}
+
+// The default port's serve wins proxy.json over one on another port.
+func TestEnvPrefersTheDefaultPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:8787")
+	if err != nil {
+		t.Skipf("port 8787 is busy here: %v", err)
+	}
+	ln.Close()
+	h := signalHome(t, fakeupstream.Behavior{})
+	other := raceServe(t, rotorBin, h.env, "other")
+	cmd := exec.Command(rotorBin, "serve", "--log-format", "json")
+	cmd.Env = h.env
+	def := startServeCmd(t, cmd, "default")
+	if env := h.ok("", "env"); !strings.Contains(env.stdout, def.url) || !strings.Contains(def.url, ":8787/") {
+		t.Errorf("rotor env printed %q, want the default port's serve %s", env.stdout, def.url)
+	}
+	def.stop(t)
+	other.stop(t)
 }

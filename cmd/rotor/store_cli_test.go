@@ -191,7 +191,7 @@ func TestConcurrentAddKey(t *testing.T) {
 	}
 
 	// Each update appended one account, so the backups are prefixes of the
-	// final list: .bak has 20 accounts, .bak.1 19, .bak.2 18.
+	// final list: .bak has all 21 (the current state), .bak.1 20, .bak.2 19.
 	for b := range accounts.Backups {
 		name := homefs.BackupName(h.path(accounts.FileName), b)
 		data, err := os.ReadFile(name)
@@ -202,7 +202,7 @@ func TestConcurrentAddKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := n - b
+		want := n + 1 - b // .bak is the current state (SPEC §2)
 		if len(bp.Accounts) != want {
 			t.Errorf("%s has %d accounts, want %d", filepath.Base(name), len(bp.Accounts), want)
 			continue
