@@ -26,20 +26,7 @@ import (
 // the read error (nil for a cleanly terminated body).
 func readStream(t *testing.T, r io.Reader) ([]string, error) {
 	t.Helper()
-	var types []string
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadString('\n')
-		if v, ok := strings.CutPrefix(line, "event: "); ok {
-			types = append(types, strings.TrimSpace(v))
-		}
-		if err == io.EOF {
-			return types, nil
-		}
-		if err != nil {
-			return types, err
-		}
-	}
+	return sseTypes(r)
 }
 
 func completed(types []string) bool {
