@@ -2,22 +2,26 @@
 // tests, benchmarks and `make demo`.
 //
 // It speaks the real wire format: Responses API server-sent events replayed
-// from recorded fixtures under testdata/sse/, and the error bodies the real
-// servers send, from testdata/errors/. How it answers is chosen per bearer
-// token (see Behavior), so one fake can stand behind several accounts at once:
-// one account rate-limited, one stalling, one healthy.
+// from recorded fixtures under testdata/sse/, Chat Completions chunks and
+// objects from testdata/chat/, and the error bodies the real servers send,
+// from testdata/errors/. How it answers is chosen per bearer token (see
+// Behavior), so one fake can stand behind several accounts at once: one
+// account rate-limited, one stalling, one healthy.
 //
 // It is built on the standard library's net/http on purpose: the proxy uses
 // fasthttp, and testing it against an independent HTTP implementation catches
 // framing bugs that a fasthttp-on-both-ends test would hide.
 //
-// Every wait inside the fake (event delays, stalls, hung headers) selects on
-// the request's context and on Close, so a client that goes away always ends
-// the upstream request and no goroutine outlives the server.
+// Every wait inside the fake (event delays, stalls, hung or delayed headers)
+// selects on the request's context and on Close, so a client that goes away
+// always ends the upstream request and no goroutine outlives the server. A
+// wait cut short drops the connection, so a client still connected (on
+// Close) sees a broken upstream, never an answer that looks complete.
 package fakeupstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -39,8 +43,13 @@ const (
 	// requests, so long benchmarks do not grow without limit.
 	maxRecorded = 1000
 
-	// defaultStream is the success stream served when Behavior.Stream is empty.
+	// defaultStream is the success stream served when Behavior.Stream (or,
+	// under testdata/chat/, Behavior.ChatStream) is empty.
 	defaultStream = "hello.sse"
+
+	// toolCallStream is the first answer under Behavior.ToolRoundTrip, in
+	// both testdata/sse/ and testdata/chat/.
+	toolCallStream = "tool_call.sse"
 
 	// defaultResetIn fills the reset placeholders when Behavior.ResetIn is 0;
 	// 60 s matches the proxy's own default rate-limit cooldown (§4).
@@ -62,13 +71,16 @@ const (
 //
 // The zero value is the default success behaviour: hello.sse as a stream (or
 // as one JSON Response when the API-style route is called without
-// "stream":true), no delays, no faults.
+// "stream":true), chat/hello.sse (or chat/hello.json) for Chat Completions,
+// no delays, no faults.
 //
-// HangHeaders and error statuses apply to every route. The stream faults
-// (EventDelay, StallAfter, ResetAfter) also shape the non-streaming answer of
-// POST /v1/responses: the JSON comes after the time the stream would have
-// taken, StallAfter hangs and ResetAfter resets before any header. Compaction
-// and models answers ignore them.
+// HangHeaders, HeaderDelay and error statuses apply to every route. The
+// stream faults (EventDelay, StallAfter, ResetAfter) apply to every stream,
+// Responses and Chat Completions alike, and also shape the non-streaming
+// answers of POST /v1/responses and POST /v1/chat/completions: the JSON comes
+// after the time the stream would have taken, StallAfter hangs and
+// ResetAfter resets before any header. Compaction and models answers ignore
+// them.
 type Behavior struct {
 	// Status selects success or failure. 0, 200 or any value below 400 means
 	// success (always answered with 200). 400 and above is an error answer
@@ -81,8 +93,17 @@ type Behavior struct {
 	// usage_limit_404.json, 429 usage_limit_429.json, anything else
 	// server_error_500.json.
 	ErrorFixture string
-	// Stream is the success fixture under testdata/sse/ (default "hello.sse").
+	// Stream is the success fixture under testdata/sse/ (default "hello.sse"),
+	// served by the Responses routes.
 	Stream string
+	// ChatStream is the success fixture under testdata/chat/ served by POST
+	// /v1/chat/completions (default "hello.sse"). Like api.openai.com, the
+	// fake sends the usage chunk only when the request asks for it with
+	// stream_options.include_usage: then it serves the same name with
+	// "_usage" before ".sse" (hello_usage.sse). Without "stream":true it
+	// answers the same name with ".json" instead of ".sse" (hello.json), one
+	// chat.completion object.
+	ChatStream string
 	// Headers are extra response headers (e.g. retry-after,
 	// x-codex-primary-used-percent), set on success and error answers alike.
 	// Values may contain {{RESETS_AT}} and {{RESETS_IN}}.
@@ -106,14 +127,19 @@ type Behavior struct {
 	// HangHeaders: never send a status line or headers; wait until the client
 	// goes away (or Close). Models an upstream that accepts and goes silent.
 	HangHeaders bool
-	// HeaderDelay waits this long before the status line and headers: a
-	// slow upstream that answers in the end.
+	// HeaderDelay waits this long before the status line and headers, then
+	// answers as the rest of the Behavior says: a slow-to-answer upstream
+	// (load and response-timeout tests). Like every wait of the fake it ends
+	// early when the client goes away or on Close, and then nothing is sent.
 	HeaderDelay time.Duration
-	// ToolRoundTrip makes the model call a tool, then answer: a request
-	// whose last input is a tool result (a "tool" message, or a
-	// function_call_output item) gets the text answer, any other the
-	// get_weather call (tool_call fixtures). Clients that run the whole
-	// round trip in one call need no test in between.
+	// ToolRoundTrip makes the model call a tool, then answer, on both APIs:
+	// a request whose last input is a tool result (Chat Completions: the
+	// last message has role "tool"; Responses: the last input item has type
+	// "function_call_output") gets Stream or ChatStream as usual, any other
+	// request gets the get_weather call of the tool_call fixtures instead
+	// (sse/tool_call.sse, chat/tool_call.sse and its variants). Clients that
+	// run the whole round trip in one call (the AI SDK with tools, agents)
+	// need no test in between to switch the answer.
 	ToolRoundTrip bool
 }
 
@@ -265,9 +291,10 @@ func (s *Server) Count(token string) int {
 // drops back as soon as the handler notices the disconnect.
 func (s *Server) Open() int { return int(s.open.Load()) }
 
-// Close stops the listener, ends every in-flight request (stalled and hung
-// ones included) and waits, up to 5 s, for their handlers to return. It is
-// safe to call more than once and before Start.
+// Close stops the listener, ends every in-flight request (stalled, delayed
+// and hung ones included, by dropping their connections) and waits, up to
+// 5 s, for their handlers to return. It is safe to call more than once and
+// before Start.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -369,10 +396,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 
 	b := s.behavior(token)
 	if b.HangHeaders {
-		s.wait(r.Context(), 0)
+		s.hold(r.Context(), w, 0)
 		return
 	}
-	if b.HeaderDelay > 0 && !s.wait(r.Context(), b.HeaderDelay) {
+	if b.HeaderDelay > 0 && !s.hold(r.Context(), w, b.HeaderDelay) {
 		return
 	}
 	resetIn := b.ResetIn
@@ -393,13 +420,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal(body, &req) // a body that is not JSON reads as no model, no stream
 	}
 	stream := req.Stream != nil && *req.Stream
-	streamName := b.Stream
-	if streamName == "" {
-		streamName = defaultStream
-	}
-	chatName := "hello"
+	streamName, chatName := cmp.Or(b.Stream, defaultStream), cmp.Or(b.ChatStream, defaultStream)
 	if b.ToolRoundTrip && !req.afterToolResult() {
-		streamName, chatName = "tool_call.sse", "tool_call"
+		streamName, chatName = toolCallStream, toolCallStream
 	}
 
 	path := r.URL.Path
@@ -421,13 +444,14 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && path == openaiPrefix+"/chat/completions":
 		// api.openai.com's Chat Completions: recorded chunks, with the
 		// usage chunk only when the client asked for it, or one object.
+		base := strings.TrimSuffix(chatName, ".sse")
 		switch {
 		case stream && req.StreamOptions.IncludeUsage:
-			s.serveStream(w, r, b, "chat/"+chatName+"_usage.sse", req.Model, fill)
+			s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill)
 		case stream:
-			s.serveStream(w, r, b, "chat/"+chatName+".sse", req.Model, fill)
+			s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill)
 		default:
-			s.serveChatCompletion(w, r, b, "chat/"+chatName+".json", req.Model, fill)
+			s.serveChatCompletion(w, r, b, "chat/"+base, req.Model, fill)
 		}
 	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
 		writeJSON(w, http.StatusOK, compactBody(time.Now()))
@@ -496,6 +520,19 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 	case <-s.done:
 		return false
 	}
+}
+
+// hold is wait for a handler: when the wait is cut short (the client went
+// away, or Close) it drops the connection. Returning normally instead would
+// let net/http finish the response, and a client still connected would see
+// an empty 200, or a stream that ends cleanly, rather than an upstream that
+// broke off.
+func (s *Server) hold(ctx context.Context, w http.ResponseWriter, d time.Duration) bool {
+	if s.wait(ctx, d) {
+		return true
+	}
+	abortConn(http.NewResponseController(w))
+	return false
 }
 
 // defaultErrorFixture picks the error body for a Status without ErrorFixture.

@@ -585,6 +585,10 @@ func TestCloseEndsStalledRequests(t *testing.T) {
 	if s.Open() != 0 {
 		t.Errorf("Open() = %d after Close", s.Open())
 	}
+	// The stream breaks off: it must not look like a complete answer.
+	if rest, err := io.ReadAll(resp.Body); err == nil {
+		t.Errorf("the stalled stream ended cleanly on Close (%q), want it cut", rest)
+	}
 	if err := s.Start("127.0.0.1:0"); err == nil {
 		t.Error("Start after Close succeeded")
 	}
@@ -680,58 +684,581 @@ func TestNonStreamFaults(t *testing.T) {
 	waitOpen(t, s, 0)
 }
 
-func TestChatCompletionsRoute(t *testing.T) {
+// recordedModel is the model every success fixture was recorded with; the
+// fake replaces it with the requested one.
+const recordedModel = "gpt-5-2025-08-07"
+
+// helloText is the answer of the hello fixtures, Responses and Chat alike;
+// the end-to-end tests look for exactly this text.
+const helloText = "Hello from the fake upstream."
+
+// served is what the fake must send for the fixture testdata/name when asked
+// for model ("" keeps the recorded one).
+func served(t *testing.T, name, model string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(testdata, filepath.FromSlash(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if model == "" {
+		return string(raw)
+	}
+	return strings.ReplaceAll(string(raw), `"model":"`+recordedModel+`"`, `"model":"`+model+`"`)
+}
+
+// chatBody is a Chat Completions request for model with extra top-level
+// fields (each `"key":value`).
+func chatBody(model string, fields ...string) string {
+	parts := []string{`"model":"` + model + `"`, `"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello"}]`}
+	if model == "" {
+		parts = parts[1:]
+	}
+	return "{" + strings.Join(append(parts, fields...), ",") + "}"
+}
+
+// chatAfterTool is a Chat Completions request whose last message is the
+// tool's result, as a client sends it after running the tool.
+const chatAfterTool = `{"model":"gpt-x","messages":[{"role":"user","content":"Weather in Paris?"},` +
+	`{"role":"assistant","content":null,"tool_calls":[{"id":"call_123","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
+	`{"role":"tool","tool_call_id":"call_123","content":"{\"temperature_c\":18}"}]}`
+
+func TestChatCompletionsServesFixtures(t *testing.T) {
 	s, c := start(t)
-	ctx := context.Background()
-	base := s.OpenAIBase() + "/chat/completions"
-	msgs := `"messages":[{"role":"user","content":"hi"}]`
-	// Streamed: the recorded chunks, model echoed, usage only when asked.
-	body := string(readBody(t, do(t, ctx, c, "POST", base, "k", `{"model":"gpt-x","stream":true,`+msgs+`}`)))
-	if !strings.HasSuffix(body, "data: [DONE]\n\n") || strings.Contains(body, `"usage":{`) ||
-		!strings.Contains(body, `"model":"gpt-x"`) || strings.Contains(body, "gpt-5-2025-08-07") {
-		t.Errorf("stream without usage: %s", body)
+	s.Set("tool", Behavior{ChatStream: "tool_call.sse"})
+	url := s.OpenAIBase() + "/chat/completions"
+	stream, usage, noUsage := `"stream":true`, `"stream_options":{"include_usage":true}`, `"stream_options":{"include_usage":false}`
+	for _, tc := range []struct {
+		name, token, body, want, model, ctype string
+	}{
+		{"stream", "k", chatBody("gpt-x", stream), "chat/hello.sse", "gpt-x", "text/event-stream"},
+		{"stream with usage", "k", chatBody("gpt-x", stream, usage), "chat/hello_usage.sse", "gpt-x", "text/event-stream"},
+		{"stream, usage not asked for", "k", chatBody("gpt-x", stream, noUsage), "chat/hello.sse", "gpt-x", "text/event-stream"},
+		{"object", "k", chatBody("gpt-x"), "chat/hello.json", "gpt-x", "application/json"},
+		{"object, stream false", "k", chatBody("gpt-x", `"stream":false`), "chat/hello.json", "gpt-x", "application/json"},
+		{"no model: the recorded one", "k", chatBody("", stream), "chat/hello.sse", "", "text/event-stream"},
+		{"ChatStream", "tool", chatBody("gpt-x", stream), "chat/tool_call.sse", "gpt-x", "text/event-stream"},
+		{"ChatStream with usage", "tool", chatBody("gpt-x", stream, usage), "chat/tool_call_usage.sse", "gpt-x", "text/event-stream"},
+		{"ChatStream object", "tool", chatBody("gpt-x"), "chat/tool_call.json", "gpt-x", "application/json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !json.Valid([]byte(tc.body)) {
+				t.Fatalf("the test's request is not JSON: %s", tc.body)
+			}
+			resp := do(t, t.Context(), c, "POST", url, tc.token, tc.body)
+			got := string(readBody(t, resp))
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != tc.ctype {
+				t.Fatalf("status %d content-type %q, want 200 %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), tc.ctype, got)
+			}
+			if want := served(t, tc.want, tc.model); got != want {
+				t.Errorf("served:\n%s\nwant %s exactly:\n%s", got, tc.want, want)
+			}
+			if tc.model != "" && strings.Contains(got, recordedModel) {
+				t.Errorf("the recorded model is left in the answer")
+			}
+		})
 	}
-	body = string(readBody(t, do(t, ctx, c, "POST", base, "k", `{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},`+msgs+`}`)))
-	if !strings.Contains(body, `"choices":[],"usage":{"prompt_tokens":1280`) {
-		t.Errorf("stream with usage: %s", body)
+
+	// The route is POST only, and a ChatStream without its file says so.
+	resp := do(t, t.Context(), c, "GET", url, "k", "")
+	if b := readBody(t, resp); resp.StatusCode != 404 || string(b) != string(invalidURLBody("GET", "/v1/chat/completions")) {
+		t.Errorf("GET: %d %s", resp.StatusCode, b)
 	}
-	// Not streamed: one chat.completion.
-	body = string(readBody(t, do(t, ctx, c, "POST", base, "k", `{"model":"gpt-x",`+msgs+`}`)))
-	if !strings.HasPrefix(body, `{"id":"chatcmpl-`) || !strings.Contains(body, `"content":"Hello from the fake upstream."`) {
-		t.Errorf("completion: %s", body)
+	s.Set("typo", Behavior{ChatStream: "nope.sse"})
+	for _, body := range []string{chatBody("m", stream), chatBody("m", stream, usage), chatBody("m")} {
+		resp = do(t, t.Context(), c, "POST", url, "typo", body)
+		if b := readBody(t, resp); resp.StatusCode != 500 || !bytes.Contains(b, []byte("chat/nope")) {
+			t.Errorf("missing ChatStream fixture: %d %s", resp.StatusCode, b)
+		}
+	}
+}
+
+// readRaw reads the next events events of a stream and returns their bytes
+// as sent, with the error that cut them short.
+func readRaw(br *bufio.Reader, events int) (string, error) {
+	var sb strings.Builder
+	for range events {
+		for {
+			line, err := br.ReadString('\n')
+			sb.WriteString(line)
+			if err != nil {
+				return sb.String(), err
+			}
+			if line == "\n" {
+				break
+			}
+		}
+	}
+	return sb.String(), nil
+}
+
+func TestChatCompletionsStreamFaults(t *testing.T) {
+	s, c := start(t)
+	url := s.OpenAIBase() + "/chat/completions"
+	body := chatBody("gpt-x", `"stream":true`)
+	want := served(t, "chat/hello.sse", "gpt-x")
+	events := strings.SplitAfter(want, "\n\n")
+	events = events[:len(events)-1] // after the last separator: ""
+	if len(events) != 9 {
+		t.Fatalf("chat/hello.sse has %d events, the test expects 9", len(events))
+	}
+
+	t.Run("EventDelay", func(t *testing.T) {
+		// The first chunk comes at once, the next only after the delay: a
+		// delay far longer than the test shows the chunks are not batched.
+		s.Set("slow", Behavior{EventDelay: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		resp := do(t, ctx, c, "POST", url, "slow", body)
+		br := bufio.NewReader(resp.Body)
+		first := make(chan string, 1)
+		go func() {
+			got, _ := readRaw(br, 1)
+			first <- got
+		}()
+		select {
+		case got := <-first:
+			if got != events[0] {
+				t.Errorf("first chunk %q, want %q", got, events[0])
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the first chunk did not come within 5s")
+		}
+		if n := s.Open(); n != 1 {
+			t.Errorf("Open() while delaying = %d, want 1", n)
+		}
+		cancel()
+		waitOpen(t, s, 0)
+	})
+
+	t.Run("StallAfter", func(t *testing.T) {
+		for _, after := range []int{3, 100} {
+			s.Set("stall", Behavior{StallAfter: after})
+			ctx, cancel := context.WithCancel(t.Context())
+			resp := do(t, ctx, c, "POST", url, "stall", body)
+			br := bufio.NewReader(resp.Body)
+			n := min(after, len(events))
+			got, err := readRaw(br, n)
+			if err != nil || got != strings.Join(events[:n], "") {
+				t.Fatalf("StallAfter %d: %v\n%s", after, err, got)
+			}
+			next := make(chan error, 1)
+			go func() {
+				_, err := br.ReadByte()
+				next <- err
+			}()
+			select {
+			case err := <-next:
+				t.Fatalf("StallAfter %d: the stream went on after %d events (%v)", after, n, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			cancel()
+			<-next // the read ends with the connection
+			waitOpen(t, s, 0)
+		}
+	})
+
+	t.Run("ResetAfter", func(t *testing.T) {
+		for _, after := range []int{4, 100} {
+			s.Set("reset", Behavior{ResetAfter: after})
+			resp := do(t, t.Context(), c, "POST", url, "reset", body)
+			got, err := io.ReadAll(resp.Body)
+			n := min(after, len(events))
+			if string(got) != strings.Join(events[:n], "") {
+				t.Errorf("ResetAfter %d: got before the reset:\n%s", after, got)
+			}
+			if err == nil {
+				t.Errorf("ResetAfter %d: the stream ended cleanly, want a reset", after)
+			}
+			waitOpen(t, s, 0)
+		}
+	})
+
+	t.Run("HangHeaders", func(t *testing.T) {
+		s.Set("hang", Behavior{HangHeaders: true})
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer hang")
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("got a response (%d) from a hung upstream", resp.StatusCode)
+		}
+		waitOpen(t, s, 0)
+	})
+
+	t.Run("Status", func(t *testing.T) {
+		s.Set("err", Behavior{Status: 500})
+		for _, b := range []string{body, chatBody("gpt-x")} {
+			resp := do(t, t.Context(), c, "POST", url, "err", b)
+			got := readBody(t, resp)
+			if resp.StatusCode != 500 || resp.Header.Get("Content-Type") != "application/json" ||
+				string(got) != served(t, "errors/server_error_500.json", "") {
+				t.Errorf("status %d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), got)
+			}
+		}
+	})
+}
+
+func TestChatCompletionsObjectFaults(t *testing.T) {
+	s, c := start(t)
+	url := s.OpenAIBase() + "/chat/completions"
+	body := chatBody("gpt-x")
+
+	s.Set("reset", Behavior{ResetAfter: 2})
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer reset")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("reset: got status %d, want a transport error", resp.StatusCode)
+	}
+
+	s.Set("stall", Behavior{StallAfter: 2})
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer stall")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("stall: got status %d, want a timeout", resp.StatusCode)
+	}
+	waitOpen(t, s, 0)
+
+	// chat/hello.sse has 9 events: the object comes after the 8 delays the
+	// stream would have taken.
+	s.Set("slow", Behavior{EventDelay: 25 * time.Millisecond})
+	begin := time.Now()
+	resp := do(t, t.Context(), c, "POST", url, "slow", body)
+	got := readBody(t, resp)
+	if took := time.Since(begin); took < 8*25*time.Millisecond {
+		t.Errorf("slow: answered after %v, want at least 200ms", took)
+	}
+	if resp.StatusCode != 200 || string(got) != served(t, "chat/hello.json", "gpt-x") {
+		t.Errorf("slow: %d %s", resp.StatusCode, got)
 	}
 }
 
 func TestToolRoundTrip(t *testing.T) {
 	s, c := start(t)
 	s.SetDefault(Behavior{ToolRoundTrip: true})
-	ctx := context.Background()
-	for _, tc := range []struct{ url, first, then, wantCall, wantText string }{
-		{s.OpenAIBase() + "/chat/completions",
-			`{"model":"m","messages":[{"role":"user","content":"w?"}]}`,
-			`{"model":"m","messages":[{"role":"user","content":"w?"},{"role":"assistant","tool_calls":[]},{"role":"tool","tool_call_id":"call_123","content":"18C"}]}`,
-			`"name":"get_weather"`, `Hello from the fake upstream.`},
-		{s.ChatGPTBase() + "/codex/responses",
-			`{"model":"m","stream":true,"input":[{"type":"message","role":"user","content":"w?"}]}`,
-			`{"model":"m","stream":true,"input":[{"type":"function_call","call_id":"call_123"},{"type":"function_call_output","call_id":"call_123","output":"18C"}]}`,
-			`"name":"get_weather"`, `"delta":"Hello"`},
+	s.Set("custom", Behavior{ToolRoundTrip: true, Stream: "reasoning_summary.sse", ChatStream: "hello.sse"})
+	chat := s.OpenAIBase() + "/chat/completions"
+	codex := s.ChatGPTBase() + "/codex/responses"
+	responsesFirst := `{"model":"gpt-x","stream":true,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Weather in Paris?"}]}]}`
+	responsesAfterTool := `{"model":"gpt-x","stream":true,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Weather in Paris?"}]},` +
+		`{"type":"function_call","call_id":"call_123","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},` +
+		`{"type":"function_call_output","call_id":"call_123","output":"{\"temperature_c\":18}"}]}`
+	// A tool result earlier in the conversation, then a new user turn: the
+	// model calls the tool again.
+	chatNewTurn := strings.TrimSuffix(chatAfterTool, "]}") + `,{"role":"assistant","content":"18C"},{"role":"user","content":"And tomorrow?"}]}`
+	for _, tc := range []struct {
+		name, token, url, body, want string
+	}{
+		{"chat stream, first turn", "k", chat, chatBody("gpt-x", `"stream":true`), "chat/tool_call.sse"},
+		{"chat stream, after the tool", "k", chat, strings.TrimSuffix(chatAfterTool, "}") + `,"stream":true}`, "chat/hello.sse"},
+		{"chat stream with usage, first turn", "k", chat, chatBody("gpt-x", `"stream":true`, `"stream_options":{"include_usage":true}`), "chat/tool_call_usage.sse"},
+		{"chat stream with usage, after the tool", "k", chat, strings.TrimSuffix(chatAfterTool, "}") + `,"stream":true,"stream_options":{"include_usage":true}}`, "chat/hello_usage.sse"},
+		{"chat object, first turn", "k", chat, chatBody("gpt-x"), "chat/tool_call.json"},
+		{"chat object, after the tool", "k", chat, chatAfterTool, "chat/hello.json"},
+		{"chat object, a new turn", "k", chat, chatNewTurn, "chat/tool_call.json"},
+		{"codex, first turn", "k", codex, responsesFirst, "sse/tool_call.sse"},
+		{"codex, after the tool", "k", codex, responsesAfterTool, "sse/hello.sse"},
+		{"codex, string input", "k", codex, `{"model":"gpt-x","stream":true,"input":"Weather in Paris?"}`, "sse/tool_call.sse"},
+		{"responses, after the tool", "k", s.OpenAIBase() + "/responses", responsesAfterTool, "sse/hello.sse"},
+		{"custom Stream after the tool", "custom", codex, responsesAfterTool, "sse/reasoning_summary.sse"},
+		{"custom ChatStream after the tool", "custom", chat, chatAfterTool, "chat/hello.json"},
+		{"custom, first turn", "custom", codex, responsesFirst, "sse/tool_call.sse"},
 	} {
-		if b := string(readBody(t, do(t, ctx, c, "POST", tc.url, "k", tc.first))); !strings.Contains(b, tc.wantCall) {
-			t.Errorf("%s first turn: %.300s", tc.url, b)
+		t.Run(tc.name, func(t *testing.T) {
+			if !json.Valid([]byte(tc.body)) {
+				t.Fatalf("the test's request is not JSON: %s", tc.body)
+			}
+			resp := do(t, t.Context(), c, "POST", tc.url, tc.token, tc.body)
+			got := string(readBody(t, resp))
+			if want := served(t, tc.want, "gpt-x"); resp.StatusCode != 200 || got != want {
+				t.Errorf("status %d, served:\n%s\nwant %s exactly:\n%s", resp.StatusCode, got, tc.want, want)
+			}
+		})
+	}
+
+	// Not streamed, on the Responses API: the function_call, then text.
+	for _, tc := range []struct{ body, want string }{
+		{strings.Replace(responsesFirst, `"stream":true`, `"stream":false`, 1), "function_call"},
+		{strings.Replace(responsesAfterTool, `"stream":true`, `"stream":false`, 1), "message"},
+	} {
+		resp := do(t, t.Context(), c, "POST", s.OpenAIBase()+"/responses", "k", tc.body)
+		var r struct {
+			Output []struct{ Type, Name, CallID string }
 		}
-		if b := string(readBody(t, do(t, ctx, c, "POST", tc.url, "k", tc.then))); !strings.Contains(b, tc.wantText) || strings.Contains(b, tc.wantCall) {
-			t.Errorf("%s after the tool result: %.300s", tc.url, b)
+		if err := json.Unmarshal(readBody(t, resp), &r); err != nil || len(r.Output) != 1 || r.Output[0].Type != tc.want {
+			t.Errorf("non-stream Responses: %v %+v, want one %s", err, r, tc.want)
 		}
 	}
 }
 
 func TestHeaderDelay(t *testing.T) {
 	s, c := start(t)
-	s.SetDefault(Behavior{HeaderDelay: 300 * time.Millisecond})
-	began := time.Now()
-	resp := do(t, context.Background(), c, "POST", s.OpenAIBase()+"/responses", "k", `{"model":"m","stream":true}`)
-	if d := time.Since(began); d < 250*time.Millisecond || resp.StatusCode != 200 {
-		t.Errorf("headers after %s, status %d", d, resp.StatusCode)
+	const delay = 300 * time.Millisecond
+
+	// The answer comes, whole, after the delay: on every route, success or
+	// error.
+	s.Set("slow", Behavior{HeaderDelay: delay})
+	s.Set("slow-err", Behavior{HeaderDelay: delay, Status: 500})
+	for _, tc := range []struct {
+		token, url, body, want string
+		status                 int
+	}{
+		{"slow", s.OpenAIBase() + "/chat/completions", chatBody("gpt-x", `"stream":true`), "chat/hello.sse", 200},
+		{"slow", s.OpenAIBase() + "/chat/completions", chatBody("gpt-x"), "chat/hello.json", 200},
+		{"slow", s.ChatGPTBase() + "/codex/responses", `{"model":"gpt-x","stream":true}`, "sse/hello.sse", 200},
+		{"slow", s.OpenAIBase() + "/responses", `{"model":"gpt-x","stream":true}`, "sse/hello.sse", 200},
+		{"slow-err", s.OpenAIBase() + "/chat/completions", chatBody("gpt-x"), "errors/server_error_500.json", 500},
+	} {
+		began := time.Now()
+		resp := do(t, t.Context(), c, "POST", tc.url, tc.token, tc.body)
+		if d := time.Since(began); d < delay {
+			t.Errorf("%s: headers after %v, want at least %v", tc.url, d, delay)
+		}
+		got := string(readBody(t, resp))
+		if want := served(t, tc.want, "gpt-x"); resp.StatusCode != tc.status || got != want {
+			t.Errorf("%s: status %d, served:\n%s\nwant %s", tc.url, resp.StatusCode, got, tc.want)
+		}
 	}
-	readBody(t, resp)
+
+	// The wait is cancellable: a client that gives up ends the upstream
+	// request, and so does Close.
+	s.Set("stuck", Behavior{HeaderDelay: time.Hour})
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.OpenAIBase()+"/chat/completions", strings.NewReader(chatBody("gpt-x")))
+	req.Header.Set("Authorization", "Bearer stuck")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("got a response (%d) during an hour-long HeaderDelay", resp.StatusCode)
+	}
+	waitOpen(t, s, 0)
+	if n := s.Count("stuck"); n != 1 {
+		t.Errorf("Count(stuck) = %d: the delayed request must be recorded before the wait", n)
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", s.ChatGPTBase()+"/codex/responses", strings.NewReader(`{"stream":true}`))
+		req.Header.Set("Authorization", "Bearer stuck")
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("got a response (%d)", resp.StatusCode)
+		} else {
+			err = nil
+		}
+		errc <- err
+	}()
+	waitOpen(t, s, 1)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close did not end a request waiting in HeaderDelay")
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("after Close: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the client did not see the connection end after Close")
+	}
+}
+
+// TestChatFixturesAreWellFormed checks the Chat Completions fixtures the way
+// a strict client would, and checks that each fixture set tells one story:
+// the _usage stream is the plain one plus "usage":null on every chunk and
+// the usage chunk, and the object says what the chunks add up to.
+func TestChatFixturesAreWellFormed(t *testing.T) {
+	type chunk struct {
+		ID, Object, Model string
+		Created           int64
+		SystemFingerprint *string `json:"system_fingerprint"`
+		Usage             json.RawMessage
+		Choices           []struct {
+			Index int
+			Delta struct {
+				Role      *string
+				Content   *string
+				ToolCalls []struct {
+					Index    int
+					ID, Type string
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+			FinishReason *string `json:"finish_reason"`
+		}
+	}
+	type completion struct {
+		ID, Object, Model string
+		Created           int64
+		Choices           []struct {
+			Message struct {
+				Role      string
+				Content   *string
+				ToolCalls []struct {
+					ID, Type string
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage json.RawMessage
+	}
+	// parse reads a stream fixture: every event a single data line, the
+	// last one [DONE].
+	parse := func(t *testing.T, name string) (chunks []chunk, raw []string) {
+		t.Helper()
+		body := served(t, name, "")
+		if !strings.HasSuffix(body, "data: [DONE]\n\n") {
+			t.Fatalf("%s does not end with data: [DONE] and a blank line", name)
+		}
+		events := strings.SplitAfter(body, "\n\n")
+		events = events[:len(events)-2] // [DONE] and "" after it
+		for i, ev := range events {
+			data, ok := strings.CutPrefix(ev, "data: ")
+			data = strings.TrimSuffix(data, "\n\n")
+			if !ok || strings.Contains(data, "\n") {
+				t.Fatalf("%s event %d is not one data line: %q", name, i, ev)
+			}
+			var c chunk
+			if err := json.Unmarshal([]byte(data), &c); err != nil {
+				t.Fatalf("%s event %d: %v", name, i, err)
+			}
+			chunks = append(chunks, c)
+			raw = append(raw, data)
+		}
+		return chunks, raw
+	}
+
+	for _, set := range []struct {
+		base, text, finish string
+		call               string // `name(arguments)` of the tool call, if any
+	}{
+		{"hello", helloText, "stop", ""},
+		{"tool_call", "", "tool_calls", `get_weather({"city":"Paris"})`},
+	} {
+		t.Run(set.base, func(t *testing.T) {
+			plain, plainRaw := parse(t, "chat/"+set.base+".sse")
+			withUsage, usageRaw := parse(t, "chat/"+set.base+"_usage.sse")
+			first := plain[0]
+			if !strings.HasPrefix(first.ID, "chatcmpl-") || first.Model != recordedModel || first.Created == 0 {
+				t.Errorf("first chunk: id %q model %q created %d", first.ID, first.Model, first.Created)
+			}
+			// The stream: one id, created and model; the role first; the text
+			// or the call in pieces; one finish_reason, on the last chunk.
+			var text, args strings.Builder
+			var call string
+			for i, c := range plain {
+				if c.ID != first.ID || c.Created != first.Created || c.Model != first.Model || c.Object != "chat.completion.chunk" {
+					t.Errorf("chunk %d: id %q created %d model %q object %q", i, c.ID, c.Created, c.Model, c.Object)
+				}
+				if c.Usage != nil {
+					t.Errorf("chunk %d carries usage without include_usage: %s", i, plainRaw[i])
+				}
+				if len(c.Choices) != 1 {
+					t.Fatalf("chunk %d has %d choices", i, len(c.Choices))
+				}
+				ch := c.Choices[0]
+				if (ch.Delta.Role != nil) != (i == 0) || (ch.Delta.Role != nil && *ch.Delta.Role != "assistant") {
+					t.Errorf("chunk %d: delta.role %v; want assistant on the first chunk only", i, ch.Delta.Role)
+				}
+				if (ch.FinishReason != nil) != (i == len(plain)-1) {
+					t.Errorf("chunk %d: finish_reason %v; want one, on the last chunk", i, ch.FinishReason)
+				}
+				if ch.Delta.Content != nil {
+					text.WriteString(*ch.Delta.Content)
+				}
+				for _, tc := range ch.Delta.ToolCalls {
+					if tc.Index != 0 {
+						t.Errorf("chunk %d: tool call index %d", i, tc.Index)
+					}
+					if tc.ID != "" {
+						if call != "" || tc.ID != "call_123" || tc.Type != "function" {
+							t.Errorf("chunk %d: tool call header id %q type %q (after %q)", i, tc.ID, tc.Type, call)
+						}
+						call = tc.Function.Name
+					}
+					args.WriteString(tc.Function.Arguments)
+				}
+			}
+			if last := plain[len(plain)-1].Choices[0].FinishReason; last == nil || *last != set.finish {
+				t.Errorf("finish_reason %v, want %s", last, set.finish)
+			}
+			if text.String() != set.text {
+				t.Errorf("content deltas make %q, want %q", text.String(), set.text)
+			}
+			if got := call + "(" + args.String() + ")"; (call != "" || set.call != "") && got != set.call {
+				t.Errorf("tool call %s, want %s", got, set.call)
+			}
+			if set.call != "" && len(plain) < 4 {
+				t.Errorf("the arguments come in %d chunks; want them in pieces", len(plain)-2)
+			}
+
+			// The _usage stream: the same chunks with "usage":null, then the
+			// usage chunk with no choices.
+			if len(withUsage) != len(plain)+1 {
+				t.Fatalf("%d chunks with usage, %d without: want exactly one more", len(withUsage), len(plain))
+			}
+			for i := range plain {
+				if want := strings.TrimSuffix(plainRaw[i], "}") + `,"usage":null}`; usageRaw[i] != want {
+					t.Errorf("_usage chunk %d:\n%s\nwant\n%s", i, usageRaw[i], want)
+				}
+			}
+			u := withUsage[len(withUsage)-1]
+			var usage struct {
+				Prompt     int `json:"prompt_tokens"`
+				Completion int `json:"completion_tokens"`
+				Total      int `json:"total_tokens"`
+				Details    struct {
+					Cached *int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+				CompletionDetails struct {
+					Reasoning *int `json:"reasoning_tokens"`
+				} `json:"completion_tokens_details"`
+			}
+			if err := json.Unmarshal(u.Usage, &usage); err != nil || len(u.Choices) != 0 || u.ID != first.ID ||
+				!strings.Contains(usageRaw[len(usageRaw)-1], `"choices":[]`) {
+				t.Errorf("usage chunk: %v %s", err, usageRaw[len(usageRaw)-1])
+			}
+			if usage.Prompt == 0 || usage.Completion == 0 || usage.Total != usage.Prompt+usage.Completion ||
+				usage.Details.Cached == nil || usage.CompletionDetails.Reasoning == nil {
+				t.Errorf("usage %+v", usage)
+			}
+
+			// The object: what the chunks add up to, with the same usage.
+			raw := served(t, "chat/"+set.base+".json", "")
+			var obj completion
+			if err := json.Unmarshal([]byte(raw), &obj); err != nil {
+				t.Fatal(err)
+			}
+			if obj.Object != "chat.completion" || obj.ID != first.ID || obj.Model != recordedModel || obj.Created != first.Created ||
+				len(obj.Choices) != 1 || obj.Choices[0].FinishReason != set.finish || obj.Choices[0].Message.Role != "assistant" {
+				t.Errorf("object envelope: %s", raw)
+			}
+			if string(obj.Usage) != string(u.Usage) {
+				t.Errorf("object usage %s, stream usage %s", obj.Usage, u.Usage)
+			}
+			m := obj.Choices[0].Message
+			switch {
+			case set.text != "" && (m.Content == nil || *m.Content != set.text || len(m.ToolCalls) != 0):
+				t.Errorf("object message: %s", raw)
+			case set.call != "" && (m.Content != nil || len(m.ToolCalls) != 1 || m.ToolCalls[0].ID != "call_123" ||
+				m.ToolCalls[0].Type != "function" || m.ToolCalls[0].Function.Name+"("+m.ToolCalls[0].Function.Arguments+")" != set.call):
+				t.Errorf("object tool call: %s", raw)
+			}
+		})
+	}
+
+	// Every file under testdata/chat/ belongs to a set checked above.
+	files, _ := filepath.Glob(filepath.Join(testdata, "chat", "*"))
+	if len(files) != 6 {
+		t.Errorf("testdata/chat has %d files, the test checks 6: %v", len(files), files)
+	}
 }

@@ -188,13 +188,13 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 		if i == stallAt {
 			// Headers and earlier events are already flushed; now go silent
 			// with the connection open, as a stuck upstream does.
-			s.wait(ctx, 0)
+			s.hold(ctx, w, 0)
 			return
 		}
 		if i == n {
 			return
 		}
-		if i > 0 && b.EventDelay > 0 && !s.wait(ctx, b.EventDelay) {
+		if i > 0 && b.EventDelay > 0 && !s.hold(ctx, w, b.EventDelay) {
 			return
 		}
 		if _, err := w.Write(echo(fill.bytes(fx.events[i].raw))); err != nil {
@@ -206,24 +206,34 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 	}
 }
 
-// serveChatCompletion answers a non-streaming Chat Completions request
-// with the recorded chat.completion object name; EventDelay delays it as it
-// delays the Responses answer, the other faults apply as there.
-func (s *Server) serveChatCompletion(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
-	raw, err := s.fixtures.raw(name)
+// serveChatCompletion answers a non-streaming Chat Completions request with
+// the recorded chat.completion object base+".json". The stream faults map
+// onto it as in serveAssembled: EventDelay delays the answer by the time the
+// stream base+".sse" would have taken, StallAfter hangs and ResetAfter resets
+// before any header.
+func (s *Server) serveChatCompletion(w http.ResponseWriter, r *http.Request, b Behavior, base, model string, fill filler) {
+	raw, err := s.fixtures.raw(base + ".json")
 	if err != nil {
 		fixtureMissing(w, err)
 		return
 	}
+	ctx := r.Context()
 	switch {
 	case b.ResetAfter > 0:
 		abortConn(http.NewResponseController(w))
 		return
 	case b.StallAfter > 0:
-		s.wait(r.Context(), 0)
+		s.hold(ctx, w, 0)
 		return
-	case b.EventDelay > 0 && !s.wait(r.Context(), b.EventDelay*6):
-		return
+	case b.EventDelay > 0:
+		fx, err := s.fixtures.stream(base + ".sse")
+		if err != nil {
+			fixtureMissing(w, err)
+			return
+		}
+		if n := len(fx.events); n > 1 && !s.hold(ctx, w, b.EventDelay*time.Duration(n-1)) {
+			return
+		}
 	}
 	var m struct {
 		Model string `json:"model"`
@@ -262,10 +272,10 @@ func (s *Server) serveAssembled(w http.ResponseWriter, r *http.Request, b Behavi
 		abortConn(http.NewResponseController(w))
 		return
 	case b.StallAfter > 0:
-		s.wait(ctx, 0)
+		s.hold(ctx, w, 0)
 		return
 	case b.EventDelay > 0 && len(fx.events) > 1:
-		if !s.wait(ctx, b.EventDelay*time.Duration(len(fx.events)-1)) {
+		if !s.hold(ctx, w, b.EventDelay*time.Duration(len(fx.events)-1)) {
 			return
 		}
 	}
