@@ -112,23 +112,6 @@ func (p *Pool) UpsertChatGPT(id Identity, label string, now time.Time) (index in
 	return len(p.Accounts), true
 }
 
-// AddAPIKey appends an API-key account and returns its 1-based index.
-func (p *Pool) AddAPIKey(label, baseURL string, now time.Time) int {
-	id := NewID()
-	if label == "" {
-		label = "api-key-" + id[len(id)-4:]
-	}
-	p.Accounts = append(p.Accounts, Account{
-		ID:      id,
-		Label:   label,
-		Kind:    KindAPIKey,
-		BaseURL: baseURL,
-		Enabled: true,
-		AddedAt: now.UTC(),
-	})
-	return len(p.Accounts)
-}
-
 func shortID(s string) string {
 	if len(s) > 8 {
 		return s[:8]

@@ -45,6 +45,7 @@ type Account struct {
 	ChatGPTAccountID string    `json:"chatgpt_account_id"`
 	PlanType         string    `json:"plan_type"`
 	BaseURL          string    `json:"base_url,omitempty"`
+	KeyFingerprint   string    `json:"key_fingerprint,omitempty"` // API keys only: secrets.Fingerprint of the key
 	Enabled          bool      `json:"enabled"`
 	AddedAt          time.Time `json:"added_at"`
 	FlaggedReason    *string   `json:"flagged_reason"`

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,21 +171,26 @@ func (c *Checkup) goodBackups() []backup {
 	return out
 }
 
-// duplicates returns the groups of accounts that are the same ChatGPT login
-// (same kind, chatgpt_account_id and email, the email case-insensitively),
-// as 1-based indexes, first (the one kept) first. Accounts without a
-// chatgpt_account_id are never duplicates: every API-key account has an
-// empty one.
+// duplicates returns the groups of accounts that are in the pool twice, as
+// 1-based indexes, first (the one kept) first: the same ChatGPT login (same
+// kind, chatgpt_account_id and email, the email case-insensitively), or API
+// keys with the same keyed fingerprint. Accounts with neither a
+// chatgpt_account_id nor a fingerprint are never duplicates.
 func duplicates(p *accounts.Pool) [][]int {
-	type key struct{ kind, cg, email string }
+	type key struct{ kind, cg, email, fp string }
 	groups := map[key][]int{}
 	var order []key
 	for i := range p.Accounts {
 		a := &p.Accounts[i]
-		if a.ChatGPTAccountID == "" {
+		var k key
+		switch {
+		case a.Kind == accounts.KindAPIKey && a.KeyFingerprint != "":
+			k = key{kind: string(a.Kind), fp: a.KeyFingerprint}
+		case a.ChatGPTAccountID != "":
+			k = key{kind: string(a.Kind), cg: a.ChatGPTAccountID, email: strings.ToLower(a.Email)}
+		default:
 			continue
 		}
-		k := key{string(a.Kind), a.ChatGPTAccountID, strings.ToLower(a.Email)}
 		if groups[k] == nil {
 			order = append(order, k)
 		}
@@ -194,6 +200,27 @@ func duplicates(p *accounts.Pool) [][]int {
 	for _, k := range order {
 		if len(groups[k]) > 1 {
 			out = append(out, groups[k])
+		}
+	}
+	return out
+}
+
+// sameWhat says what a duplicate group shares, for doctor and fix.
+func sameWhat(a *accounts.Account) string {
+	if a.Kind == accounts.KindAPIKey {
+		return "the same API key"
+	}
+	return fmt.Sprintf("the same login (%s)", a.Email)
+}
+
+// unfingerprinted lists the API-key accounts with a stored key (their id
+// is in withSecret) but no stored fingerprint: added before rotor kept
+// them, their duplicates cannot be seen until Fix fingerprints them.
+func unfingerprinted(p *accounts.Pool, withSecret []string) []int {
+	var out []int
+	for i := range p.Accounts {
+		if a := &p.Accounts[i]; a.Kind == accounts.KindAPIKey && a.KeyFingerprint == "" && slices.Contains(withSecret, a.ID) {
+			out = append(out, i+1)
 		}
 	}
 	return out

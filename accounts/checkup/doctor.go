@@ -82,6 +82,7 @@ var doctorChecks = []struct {
 }{
 	{"home", checkHome},
 	{"files", checkFiles},
+	{"temp_files", checkTemps},
 	{"store", checkStore},
 	{"secrets", checkSecretsBackend},
 	{"account", checkAccounts},
@@ -184,6 +185,24 @@ func checkFiles(r *doctorRun) []Check {
 		return []Check{{"files", StatusWarn, "not 0600: " + strings.Join(odd, ", ") + "; " + fix}}
 	}
 	return []Check{{"files", StatusOK, fmt.Sprintf("all %d files are 0600", len(ents))}}
+}
+
+func checkTemps(r *doctorRun) []Check {
+	temps := leftoverTemps(r.c.d.Dir, r.now)
+	if len(temps) == 0 {
+		return nil
+	}
+	var names []string
+	secret := false
+	for _, t := range temps {
+		names = append(names, t.name)
+		secret = secret || t.secret
+	}
+	detail := "left by interrupted writes: " + strings.Join(names, ", ")
+	if secret {
+		detail += "; copies of " + secrets.FileName + " hold keys and tokens"
+	}
+	return []Check{{"temp_files", StatusWarn, detail + "; \"rotor fix\" removes them"}}
 }
 
 func checkStore(r *doctorRun) []Check {
@@ -325,15 +344,21 @@ func checkDuplicates(r *doctorRun) []Check {
 		return nil
 	}
 	groups := duplicates(r.pr.pool)
-	if len(groups) == 0 {
-		return []Check{{"duplicates", StatusOK, "no account is in the pool twice"}}
-	}
 	var parts []string
 	for _, g := range groups {
-		a := r.pr.pool.At(g[0])
-		parts = append(parts, fmt.Sprintf("accounts %s are the same login (%s)", joinInts(g), a.Email))
+		parts = append(parts, fmt.Sprintf("accounts %s hold %s", joinInts(g), sameWhat(r.pr.pool.At(g[0]))))
 	}
-	return []Check{{"duplicates", StatusWarn, strings.Join(parts, "; ") + "; \"rotor fix\" merges them into the first"}}
+	if un := unfingerprinted(r.pr.pool, r.ids); len(un) > 0 {
+		what := "API-key account " + joinInts(un) + " has no key fingerprint yet, so a second copy of its key"
+		if len(un) > 1 {
+			what = "API-key accounts " + joinInts(un) + " have no key fingerprint yet, so a second copy of their keys"
+		}
+		parts = append(parts, what+" cannot be seen")
+	}
+	if len(parts) == 0 {
+		return []Check{{"duplicates", StatusOK, "no account is in the pool twice"}}
+	}
+	return []Check{{"duplicates", StatusWarn, strings.Join(parts, "; ") + "; \"rotor fix\" fingerprints keys and merges duplicates into the first"}}
 }
 
 func joinInts(xs []int) string {
@@ -341,7 +366,10 @@ func joinInts(xs []int) string {
 	for i, x := range xs {
 		s[i] = fmt.Sprint(x)
 	}
-	if len(s) == 2 {
+	switch len(s) {
+	case 1:
+		return s[0]
+	case 2:
 		return s[0] + " and " + s[1]
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]

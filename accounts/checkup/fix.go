@@ -28,6 +28,7 @@ const (
 	ActionChmod           = "chmod"
 	ActionRestoreStore    = "restore-store"
 	ActionMergeDuplicate  = "merge-duplicate"
+	ActionFingerprintKey  = "fingerprint-key"
 	ActionRemoveOrphan    = "remove-orphaned-secret"
 	ActionRefreshToken    = "refresh-token"
 	ActionDisableAccount  = "disable-account"
@@ -141,6 +142,7 @@ var fixSteps = []struct {
 }{
 	{"permissions", fixPermissions},
 	{"store", fixStore},
+	{"fingerprints", fixFingerprints},
 	{"duplicates", fixDuplicates},
 	{"orphaned secrets", fixOrphans},
 	{"tokens", fixTokens},
@@ -380,6 +382,59 @@ func keepAside(path, aside string) (string, error) {
 	return "", fmt.Errorf("too many kept copies named %s-*", filepath.Base(aside))
 }
 
+// fixFingerprints stores the key fingerprint of API-key accounts added
+// before rotor kept them, so fixDuplicates (and add-key) can see a key
+// that is in the pool twice. A dry run only names them: computing needs
+// the home's salt, which a first use would draw and store.
+func fixFingerprints(f *fixRun) {
+	if f.pool == nil || f.c.d.Secrets == nil {
+		return
+	}
+	ids, err := f.c.d.Secrets.IDs()
+	if err != nil {
+		return // the secrets step reports the backend
+	}
+	un := unfingerprinted(f.pool, ids)
+	if len(un) == 0 {
+		return
+	}
+	if f.dry {
+		for _, i := range un {
+			f.add(Action{Action: ActionFingerprintKey, Target: accountName(i, f.pool.At(i)), Detail: "would store its key's fingerprint"})
+		}
+		return
+	}
+	fail := func(err error) { f.fail(Action{Action: ActionFingerprintKey, Target: accounts.FileName}, err) }
+	salt, err := f.c.d.Secrets.Salt()
+	if err != nil {
+		fail(err)
+		return
+	}
+	st, err := f.openStore()
+	if err != nil {
+		fail(err)
+		return
+	}
+	var filled []int
+	p, err := st.Update(func(p *accounts.Pool) error {
+		if filled = accounts.FillFingerprints(p, f.c.d.Secrets, salt); len(filled) == 0 {
+			return errNoWrite
+		}
+		return nil
+	})
+	if errors.Is(err, errNoWrite) {
+		return
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	f.pool = p
+	for _, i := range filled {
+		f.add(Action{Action: ActionFingerprintKey, Target: accountName(i, p.At(i)), Detail: "stored its key's fingerprint, so a second copy of the key is seen"})
+	}
+}
+
 // fixDuplicates merges accounts that are the same login into the first:
 // the pin moves to it, and the newest secret is kept.
 func fixDuplicates(f *fixRun) {
@@ -443,7 +498,7 @@ func fixDuplicates(f *fixRun) {
 }
 
 func mergeDetail(p *accounts.Pool, keep *accounts.Account, keepIndex, dupIndex int) string {
-	s := fmt.Sprintf("same login as account %d (%s); removed, account %d kept", keepIndex, keep.Email, keepIndex)
+	s := fmt.Sprintf("%s as account %d; removed, account %d kept", sameWhat(keep), keepIndex, keepIndex)
 	if p.PinnedAccountID != nil && *p.PinnedAccountID == p.At(dupIndex).ID {
 		s += fmt.Sprintf("; the pin moves to account %d", keepIndex)
 	}
@@ -811,22 +866,44 @@ func tryLock(path string) (*os.File, error) {
 // fixTemps removes the temp files of atomic writes whose writer died
 // (older than TempFileAge). Those of secrets.json hold secrets.
 func fixTemps(f *fixRun) {
-	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, ".*.tmp-*"))
-	for _, m := range matches {
-		fi, err := os.Lstat(m)
-		if err != nil || !fi.Mode().IsRegular() || f.now.Sub(fi.ModTime()) < TempFileAge {
-			continue
+	for _, t := range leftoverTemps(f.c.d.Dir, f.now) {
+		a := Action{Action: ActionRemoveTemp, Target: t.name,
+			Detail: fmt.Sprintf("left by an interrupted write %s ago", rotation.HumanDuration(t.age))}
+		if t.secret {
+			a.Detail += "; it holds secrets"
 		}
-		a := Action{Action: ActionRemoveTemp, Target: filepath.Base(m),
-			Detail: fmt.Sprintf("left by an interrupted write %s ago", rotation.HumanDuration(f.now.Sub(fi.ModTime())))}
 		if !f.dry {
-			if err := os.Remove(m); err != nil {
+			if err := os.Remove(filepath.Join(f.c.d.Dir, t.name)); err != nil {
 				f.fail(a, err)
 				continue
 			}
 		}
 		f.add(a)
 	}
+}
+
+// leftoverTemp is a temp file of an atomic write that its writer left.
+type leftoverTemp struct {
+	name   string
+	age    time.Duration
+	secret bool // a copy of secrets.json: it holds keys and tokens
+}
+
+// leftoverTemps lists the home's temp files older than TempFileAge; a
+// younger one may belong to a write in progress.
+func leftoverTemps(dir string, now time.Time) []leftoverTemp {
+	matches, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	var out []leftoverTemp
+	for _, m := range matches {
+		fi, err := os.Lstat(m)
+		if err != nil || !fi.Mode().IsRegular() || now.Sub(fi.ModTime()) < TempFileAge {
+			continue
+		}
+		name := filepath.Base(m)
+		out = append(out, leftoverTemp{name: name, age: now.Sub(fi.ModTime()),
+			secret: strings.HasPrefix(name, "."+secrets.FileName+".tmp-")})
+	}
+	return out
 }
 
 // fixProxyInfo removes the serve records whose process is gone, or which

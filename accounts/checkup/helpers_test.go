@@ -78,6 +78,7 @@ type acct struct {
 	enabled bool
 	flag    string
 	secret  *secrets.Secret // nil: no secret
+	legacy  bool            // an API key added before fingerprints: none stored
 }
 
 func apiKey(label, key string) acct {
@@ -97,13 +98,21 @@ func (h *testHome) write(accts ...acct) *accounts.Pool {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	salt, err := h.sec.Salt()
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	p, err := st.Update(func(p *accounts.Pool) error {
 		for i, a := range accts {
 			p.Accounts = append(p.Accounts, accounts.Account{
 				ID: "acct_" + strings.Repeat(string(rune('a'+i)), 4), Label: a.label, Kind: a.kind, Email: a.email,
 				ChatGPTAccountID: a.cg, Enabled: a.enabled, AddedAt: time.Now().UTC(),
 			})
-			p.Accounts[len(p.Accounts)-1].SetFlag(a.flag)
+			n := &p.Accounts[len(p.Accounts)-1]
+			n.SetFlag(a.flag)
+			if a.kind == accounts.KindAPIKey && a.secret != nil && !a.legacy {
+				n.KeyFingerprint = secrets.Fingerprint(salt, a.secret.APIKey) // as add-key stores it
+			}
 		}
 		return nil
 	})

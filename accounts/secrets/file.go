@@ -44,6 +44,7 @@ func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
 // byte for byte, including fields a newer rotor may have added.
 type fileDoc struct {
 	Version int                        `json:"version"`
+	Salt    string                     `json:"fingerprint_salt,omitempty"`
 	Secrets map[string]json.RawMessage `json:"secrets"`
 }
 
@@ -112,6 +113,30 @@ func (s *fileStore) Delete(id string) error {
 		delete(doc.Secrets, id)
 		return s.write(doc)
 	})
+}
+
+// Salt returns the fingerprint salt kept in secrets.json, adding one when
+// the file has none. It is called rarely (add-key, doctor, fix), so it
+// simply takes the exclusive lock.
+func (s *fileStore) Salt() ([]byte, error) {
+	var salt []byte
+	err := withLock(s.lock, true, func() error {
+		doc, err := s.read()
+		if err != nil {
+			return err
+		}
+		if doc.Salt == "" {
+			if doc.Salt, err = newSalt(); err != nil {
+				return err
+			}
+			if err := s.write(doc); err != nil {
+				return err
+			}
+		}
+		salt, err = decodeSalt(doc.Salt, s.path)
+		return err
+	})
+	return salt, err
 }
 
 // IDs lists the ids present in secrets.json, sorted.
@@ -254,4 +279,15 @@ func withLock(path string, exclusive bool, fn func() error) error {
 		return &Error{Code: CodeStorageWrite, Path: path, Message: fmt.Sprintf("cannot lock %s: %v", path, err), Err: err}
 	}
 	return fn()
+}
+
+// Exposed reports whether dir's secrets.json exists with a mode that lets
+// other users read or write it, and that mode. The keyring backend has no
+// such file; then it reports false.
+func Exposed(dir string) (os.FileMode, bool) {
+	fi, err := os.Stat(filepath.Join(dir, FileName))
+	if err != nil {
+		return 0, false
+	}
+	return fi.Mode().Perm(), fi.Mode().Perm()&0o077 != 0
 }

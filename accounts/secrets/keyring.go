@@ -15,6 +15,7 @@ import (
 const (
 	indexUser = "_index" // JSON array of the ids that have an item
 	probeUser = "_probe" // only ever read, to learn whether the keyring answers
+	saltUser  = "_fingerprint_salt"
 )
 
 // goKeyring is the default Keyring: go-keyring's package functions.
@@ -195,6 +196,32 @@ func (s *keyringStore) Delete(id string) error {
 		}
 		return s.updateIndex(id, false)
 	})
+}
+
+// Salt returns the fingerprint salt item, storing a new one when there is
+// none; the store's lock makes concurrent first uses agree on one salt.
+func (s *keyringStore) Salt() ([]byte, error) {
+	get := func() (string, error) {
+		return s.call("get", saltUser, func() (string, error) { return s.kr.Get(Service, saltUser) })
+	}
+	v, err := get()
+	if errors.Is(err, ErrNotFound) {
+		err = withLock(s.lock, true, func() error {
+			v, err = get()
+			if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if v, err = newSalt(); err != nil {
+				return err
+			}
+			_, err = s.call("set", saltUser, func() (string, error) { return "", s.kr.Set(Service, saltUser, v) })
+			return err
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeSalt(v, itemName(saltUser))
 }
 
 // IDs returns the ids listed in the index item.

@@ -64,6 +64,11 @@ type Store interface {
 	IDs() ([]string, error)
 	// Backend names the backend in use: "keyring" or "file".
 	Backend() string
+	// Salt returns this home's API-key fingerprint salt (see Fingerprint),
+	// drawing and storing a random one on first use. It is kept with the
+	// secrets, never in accounts.json, and every process on a home gets the
+	// same one.
+	Salt() ([]byte, error)
 }
 
 // Keyring is the subset of an OS keyring rotor uses. Get must return an

@@ -19,6 +19,7 @@ func cmdAddKey(a *app, args []string) error {
 	fs := a.flags("add-key")
 	label := fs.String("label", "", "a name for the account")
 	base := fs.String("base-url", "", "an OpenAI-compatible base URL (default ROTOR_OPENAI_BASE_URL)")
+	update := fs.Bool("update", false, "when the key is already in the pool, update that account's label and base URL")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -41,16 +42,13 @@ func cmdAddKey(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	var idx int
-	var acct accounts.Account
-	_, err = st.Update(func(p *accounts.Pool) error {
-		idx = p.AddAPIKey(*label, *base, time.Now())
-		acct = *p.At(idx)
-		// Under the store lock: the account appears only once its key is stored.
-		return sec.Set(acct.ID, secrets.Secret{APIKey: key})
-	})
+	acct, idx, created, err := accounts.AddKey(st, sec, key, accounts.KeyOptions{Label: *label, BaseURL: *base, Update: *update}, time.Now())
 	if err != nil {
 		return err
+	}
+	if !created {
+		fmt.Fprintf(a.stdout, "Updated API-key account %d (%s).\n", idx, acct.Label)
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "Added API-key account %d (%s).\n", idx, acct.Label)
 	return nil
@@ -269,6 +267,9 @@ func cmdList(a *app, args []string) error {
 	pool, sel, err := a.selector()
 	if err != nil {
 		return err
+	}
+	if dir, err := a.home(); err == nil {
+		a.warnExposedSecrets(dir)
 	}
 	rows := sel.Status()
 	if *asJSON {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -188,6 +189,15 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 		fmt.Fprintf(a.stderr, "rotor: warning: %v (\"rotor fix\" rewrites it)\n", err)
 	}
 	return sel, nil
+}
+
+// warnExposedSecrets writes one warning line when secrets.json in dir can
+// be read by other users: the keys in it are then theirs too.
+func (a *app) warnExposedSecrets(dir string) {
+	if mode, ok := secrets.Exposed(dir); ok {
+		path := filepath.Join(dir, secrets.FileName)
+		fmt.Fprintf(a.stderr, "rotor: warning: %s is %04o: other users can read your keys; run \"chmod 600 %s\" (or \"rotor fix\")\n", path, mode, path)
+	}
 }
 
 // selector opens the store and returns the pool and a selector over it

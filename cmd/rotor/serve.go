@@ -84,6 +84,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.warnExposedSecrets(st.Dir())
 	pool, err := st.Load()
 	if err != nil {
 		return nil, err

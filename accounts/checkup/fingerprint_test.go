@@ -1,0 +1,98 @@
+package checkup_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts/checkup"
+)
+
+// The same API key twice is found by its stored fingerprint: doctor warns,
+// fix merges into the first and keeps every secret.
+func TestDuplicateKeysFoundByFingerprint(t *testing.T) {
+	h := newTestHome(t)
+	p := h.write(apiKey("a", "sk-same"), apiKey("b", "sk-other"), apiKey("c", "sk-same"))
+	c := check(h.checkup().Doctor(context.Background()), "duplicates")
+	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, "accounts 1 and 3 hold the same API key") {
+		t.Fatalf("doctor duplicates = %+v", c)
+	}
+	if strings.Contains(c.Detail, "sk-same") {
+		t.Fatalf("doctor shows the key: %q", c.Detail)
+	}
+	_, res := dryThenReal(t, h)
+	a := action(res, checkup.ActionMergeDuplicate, "account 3 (c)")
+	if a == nil || a.Status != checkup.ActionDone || !strings.Contains(a.Detail, "the same API key as account 1") {
+		t.Fatalf("no merge of account 3: %+v", res.Actions)
+	}
+	after := h.pool()
+	if len(after.Accounts) != 2 || after.Accounts[0].Label != "a" || after.Accounts[1].Label != "b" {
+		t.Fatalf("after fix: %+v", after.Accounts)
+	}
+	if _, ok := h.secret(p.Accounts[2].ID); !ok {
+		t.Error("the merged duplicate's secret was deleted")
+	}
+	if c := check(h.checkup().Doctor(context.Background()), "duplicates"); c.Status != checkup.StatusOK {
+		t.Errorf("after fix, doctor duplicates = %+v", c)
+	}
+}
+
+// Keys added before rotor stored fingerprints: doctor says their
+// duplicates cannot be seen yet; fix fingerprints them and merges.
+func TestFixFingerprintsLegacyKeys(t *testing.T) {
+	h := newTestHome(t)
+	old := apiKey("old", "sk-same")
+	old.legacy = true
+	h.write(apiKey("new", "sk-same"), apiKey("other", "sk-other"), old)
+	c := check(h.checkup().Doctor(context.Background()), "duplicates")
+	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, "API-key account 3 has no key fingerprint yet") {
+		t.Fatalf("doctor duplicates = %+v", c)
+	}
+	dry, res := dryThenReal(t, h)
+	if a := action(dry, checkup.ActionFingerprintKey, "account 3 (old)"); a == nil {
+		t.Errorf("dry run does not name the fingerprint: %+v", dry.Actions)
+	}
+	if a := action(res, checkup.ActionFingerprintKey, "account 3 (old)"); a == nil || a.Status != checkup.ActionDone {
+		t.Errorf("no fingerprint stored: %+v", res.Actions)
+	}
+	if a := action(res, checkup.ActionMergeDuplicate, "account 3 (old)"); a == nil || a.Status != checkup.ActionDone {
+		t.Errorf("legacy duplicate not merged: %+v", res.Actions)
+	}
+	if n := len(h.pool().Accounts); n != 2 {
+		t.Errorf("%d accounts after fix, want 2", n)
+	}
+	if c := check(h.checkup().Doctor(context.Background()), "duplicates"); c.Status != checkup.StatusOK {
+		t.Errorf("after fix, doctor duplicates = %+v", c)
+	}
+}
+
+// A copy of secrets.json left by a crashed write holds keys: doctor warns
+// and says so, fix removes it; one still being written is left alone.
+func TestLeftoverSecretTempFiles(t *testing.T) {
+	h := newTestHome(t)
+	h.write(apiKey("a", "sk-a"))
+	now := time.Now()
+	h.writeFile(".secrets.json.tmp-111", `{"version":1,"secrets":{}}`, 0o600)
+	os.Chtimes(h.path(".secrets.json.tmp-111"), now.Add(-time.Hour), now.Add(-time.Hour))
+	h.writeFile(".secrets.json.tmp-222", "in progress", 0o600)
+	c := check(h.checkup().Doctor(context.Background()), "temp_files")
+	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, ".secrets.json.tmp-111") ||
+		!strings.Contains(c.Detail, "hold keys") || strings.Contains(c.Detail, "tmp-222") {
+		t.Fatalf("doctor temp_files = %+v", c)
+	}
+	_, res := dryThenReal(t, h)
+	if a := action(res, checkup.ActionRemoveTemp, ".secrets.json.tmp-111"); a == nil || a.Status != checkup.ActionDone {
+		t.Fatalf("not removed: %+v", res.Actions)
+	}
+	if _, err := os.Stat(h.path(".secrets.json.tmp-111")); err == nil {
+		t.Error(".secrets.json.tmp-111 still there")
+	}
+	if _, err := os.Stat(h.path(".secrets.json.tmp-222")); err != nil {
+		t.Error("a temp file of a write in progress was removed")
+	}
+	if c := check(h.checkup().Doctor(context.Background()), "temp_files"); c.Status != "missing" {
+		t.Errorf("after fix, doctor temp_files = %+v", c)
+	}
+}
