@@ -41,6 +41,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -112,6 +113,25 @@ var e2eShared struct {
 	cache   string // .cache/e2e: node_modules and sdk.mjs
 	npmSkip string // set when the registry cannot be reached
 	npmErr  error
+
+	ran, skipped atomic.Int32 // e2e tests past e2eClients, and skipped there
+}
+
+// e2eReport says whether the real-client tests ran, for "make test" to
+// print at the end (the file named by ROTOR_E2E_REPORT): a skip deep in
+// go test's output is easy to miss.
+func e2eReport() string {
+	s := &e2eShared
+	ran, skipped := s.ran.Load(), s.skipped.Load()
+	switch {
+	case skipped > 0:
+		return fmt.Sprintf("end-to-end client tests: %d SKIPPED: %s\n", skipped, s.npmSkip)
+	case s.npmErr != nil:
+		return fmt.Sprintf("end-to-end client tests: FAILED to install the clients: %v\n", s.npmErr)
+	case ran > 0:
+		return fmt.Sprintf("end-to-end client tests: %d ran against the real Codex CLI and npm clients\n", ran)
+	}
+	return "end-to-end client tests: not run (filtered out by -run or -short)\n"
 }
 
 // e2eRoot is the module root (where go.mod is).
@@ -209,11 +229,13 @@ func e2eClients(t *testing.T) string {
 		s.cache, s.npmSkip, s.npmErr = e2eInstall(root)
 	})
 	if s.npmSkip != "" {
+		s.skipped.Add(1)
 		t.Skip("SKIP real-client e2e test: the npm registry cannot be reached, so Codex CLI and the openai SDK could not be installed: " + s.npmSkip)
 	}
 	if s.npmErr != nil {
 		t.Fatal(s.npmErr)
 	}
+	s.ran.Add(1)
 	return s.cache
 }
 

@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if path := os.Getenv("ROTOR_E2E_REPORT"); path != "" {
+		os.WriteFile(path, []byte(e2eReport()), 0o644)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
