@@ -7,6 +7,8 @@ require (
 	github.com/tidwall/gjson v1.20.0
 	github.com/valyala/fasthttp v1.73.0
 	github.com/zalando/go-keyring v0.2.8
+	golang.org/x/sys v0.47.0
+	golang.org/x/term v0.38.0
 )
 
 require (
@@ -19,5 +21,4 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 )

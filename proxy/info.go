@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,21 @@ type Info struct {
 
 // RecordName is the name of the record of the serve with pid.
 func RecordName(pid int) string { return fmt.Sprintf("%s%d%s", recordPrefix, pid, recordSuffix) }
+
+// Holder returns the live serve on dir that listens on port, if any.
+func Holder(dir string, port int) (Info, bool) {
+	ins, _, err := Infos(dir)
+	if err != nil {
+		return Info{}, false
+	}
+	for _, in := range ins {
+		u, err := url.Parse(in.URL)
+		if err == nil && u.Port() == strconv.Itoa(port) && ProcessAlive(in.PID) {
+			return in, true
+		}
+	}
+	return Info{}, false
+}
 
 // defaultPort reports whether in serves on DefaultPort.
 func (in Info) defaultPort() bool {

@@ -184,7 +184,7 @@ func checkFiles(r *doctorRun) []Check {
 	case len(odd) > 0:
 		return []Check{{"files", StatusWarn, "not 0600: " + strings.Join(odd, ", ") + "; " + fix}}
 	}
-	return []Check{{"files", StatusOK, fmt.Sprintf("all %d files are 0600", len(ents))}}
+	return []Check{{"files", StatusOK, "every file is 0600 (" + plural(len(ents), "file") + ")"}}
 }
 
 func checkTemps(r *doctorRun) []Check {
@@ -211,8 +211,8 @@ func checkStore(r *doctorRun) []Check {
 	case r.pr.err != nil:
 		detail := r.pr.err.Error()
 		if b := r.c.goodBackups(); len(b) > 0 {
-			detail = fmt.Sprintf("%s is unreadable (%v); \"rotor fix\" restores %s (%d accounts) and keeps the damaged file",
-				path, causeOf(r.pr.err), b[0].name, len(b[0].pool.Accounts))
+			detail = fmt.Sprintf("%s is unreadable (%v); \"rotor fix\" restores %s (%s) and keeps the damaged file",
+				path, causeOf(r.pr.err), b[0].name, plural(len(b[0].pool.Accounts), "account"))
 		} else {
 			detail = fmt.Sprintf("%s is unreadable (%v) and no backup is readable; repair the file by hand, or move it away and add the accounts again",
 				path, causeOf(r.pr.err))
@@ -228,7 +228,7 @@ func checkStore(r *doctorRun) []Check {
 			enabled++
 		}
 	}
-	return []Check{{"store", StatusOK, fmt.Sprintf("%s is readable: %d accounts, %d enabled", path, len(p.Accounts), enabled)}}
+	return []Check{{"store", StatusOK, fmt.Sprintf("%s is readable: %s, %d enabled", path, plural(len(p.Accounts), "account"), enabled)}}
 }
 
 // causeOf is the cause of a typed error (the parse error), not its hint.
@@ -250,14 +250,14 @@ func checkSecretsBackend(r *doctorRun) []Check {
 	}
 	backend := d.Secrets.Backend()
 	if backend == secrets.BackendFile && (d.SecretsMode == "" || d.SecretsMode == secrets.ModeAuto) {
-		return []Check{{"secrets", StatusWarn, fmt.Sprintf("no OS keyring answered; %d secrets are in %s (0600). Set ROTOR_SECRETS=file to make that the choice",
-			len(r.ids), filepath.Join(d.Dir, secrets.FileName))}}
+		return []Check{{"secrets", StatusWarn, fmt.Sprintf("no OS keyring answered; the secrets of %s are in %s (0600). Set ROTOR_SECRETS=file to make that the choice",
+			plural(len(r.ids), "account"), filepath.Join(d.Dir, secrets.FileName))}}
 	}
 	where := "the OS keyring"
 	if backend == secrets.BackendFile {
 		where = filepath.Join(d.Dir, secrets.FileName)
 	}
-	return []Check{{"secrets", StatusOK, fmt.Sprintf("%s backend: %d secrets in %s", backend, len(r.ids), where)}}
+	return []Check{{"secrets", StatusOK, fmt.Sprintf("%s backend: secrets of %s in %s", backend, plural(len(r.ids), "account"), where)}}
 }
 
 // checkAccounts checks, per account, that its secret is there and, for

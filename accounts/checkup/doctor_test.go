@@ -97,7 +97,7 @@ func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
 	h.writeFile(accounts.FileName, `{"version":1,"accounts":[`, 0o600)
 	res := h.checkup().Doctor(context.Background())
 	c := check(res, "store")
-	if c.Status != checkup.StatusError || !strings.Contains(c.Detail, "restores accounts.json.bak (1 accounts)") {
+	if c.Status != checkup.StatusError || !strings.Contains(c.Detail, "restores accounts.json.bak (1 account)") {
 		t.Errorf("store: %s %q", c.Status, c.Detail)
 	}
 	// No account checks on a store that cannot be read; pin/duplicates skipped.

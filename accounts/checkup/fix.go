@@ -219,7 +219,7 @@ func fixStore(f *fixRun) {
 	damaged, _ := os.ReadFile(path)
 	pool, data, saved := f.salvage(b, backups[1:], damaged)
 	aside := path + ".corrupt-" + f.now.UTC().Format("20060102T150405Z")
-	what := fmt.Sprintf("%s (%d accounts)", b.name, len(b.pool.Accounts))
+	what := fmt.Sprintf("%s (%s)", b.name, plural(len(b.pool.Accounts), "account"))
 	if len(saved) > 0 {
 		what += fmt.Sprintf(" and salvage %s (%s)", plural(len(saved), "account"), strings.Join(saved, ", "))
 	}

@@ -16,11 +16,11 @@ import (
 )
 
 func cmdAddKey(a *app, args []string) error {
-	fs := a.flags("add-key")
-	label := fs.String("label", "", "a name for the account")
-	base := fs.String("base-url", "", "an OpenAI-compatible base URL (default ROTOR_OPENAI_BASE_URL)")
+	fs := a.flags()
+	label := fs.String("label", "", "name the account `L`")
+	base := fs.String("base-url", "", "an OpenAI-compatible base `URL` (default $ROTOR_OPENAI_BASE_URL, else https://api.openai.com/v1)")
 	update := fs.Bool("update", false, "when the key is already in the pool, update that account's label and base URL")
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -34,7 +34,7 @@ func cmdAddKey(a *app, args []string) error {
 		}
 		*base = strings.TrimRight(*base, "/")
 	}
-	key, err := readKey(a.stdin)
+	key, err := a.readKey()
 	if err != nil {
 		return err
 	}
@@ -54,28 +54,44 @@ func cmdAddKey(a *app, args []string) error {
 	return nil
 }
 
-// readKey reads an API key from stdin: the first line, trimmed. Keys never
-// come from argv, where other users could read them.
-func readKey(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, 64<<10)).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return "", rerr.Validation("key", "cannot read the API key from stdin: "+err.Error())
+// readKey reads an API key: on a terminal from a prompt that does not echo
+// it, else the first line of stdin, trimmed. Keys never come from argv,
+// where other users could read them.
+func (a *app) readKey() (string, error) {
+	var line string
+	if a.stdinTTY && a.readHidden != nil {
+		fmt.Fprint(a.stderr, "Paste the API key (it is not shown): ")
+		var err error
+		line, err = a.readHidden()
+		fmt.Fprintln(a.stderr) // the newline the terminal did not echo
+		if err != nil {
+			return "", rerr.Validation("key", "cannot read the API key from the terminal: "+err.Error())
+		}
+	} else {
+		var err error
+		line, err = bufio.NewReader(io.LimitReader(a.stdin, 64<<10)).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return "", rerr.Validation("key", "cannot read the API key from stdin: "+err.Error())
+		}
 	}
 	key := strings.TrimSpace(line)
-	if key == "" {
-		return "", rerr.Validation("key", "No API key on stdin. Usage: printf '%s' \"$KEY\" | rotor add-key [--label L]")
+	switch {
+	case key == "" && a.stdinTTY:
+		return "", rerr.Validation("key", "No API key entered; nothing was added.")
+	case key == "":
+		return "", rerr.Validation("key", "No API key on stdin. Usage: printf '%s' \"$KEY\" | rotor add-key [--label L] (on a terminal, rotor add-key prompts for it)")
 	}
 	if strings.ContainsAny(key, " \t\r\n") {
-		return "", rerr.Validation("key", "The API key on stdin contains spaces; pass exactly one key")
+		return "", rerr.Validation("key", "The API key contains spaces; pass exactly one key")
 	}
 	return key, nil
 }
 
 func cmdImport(a *app, args []string) error {
-	fs := a.flags("import")
-	file := fs.String("file", "", "path of the Codex auth.json (default $CODEX_HOME/auth.json, else ~/.codex/auth.json)")
-	label := fs.String("label", "", "a name for the account (default its email)")
-	pos, err := parse(fs, args)
+	fs := a.flags()
+	file := fs.String("file", "", "read the Codex login from `PATH` (default $CODEX_HOME/auth.json, else ~/.codex/auth.json)")
+	label := fs.String("label", "", "name the account `L` (default its email)")
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -128,7 +144,7 @@ func (a *app) indexArg(name string, args []string) (string, error) {
 	if len(args) == 1 && len(args[0]) > 1 && args[0][0] == '-' && strings.Trim(args[0][1:], "0123456789") == "" {
 		return args[0], nil
 	}
-	pos, err := parse(a.flags(name), args)
+	pos, err := a.parse(a.flags(), args)
 	if err != nil {
 		return "", err
 	}
@@ -218,7 +234,7 @@ func cmdSwitch(a *app, args []string) error {
 }
 
 func cmdUnpin(a *app, args []string) error {
-	if _, err := parse(a.flags("unpin"), args); err != nil {
+	if _, err := a.parse(a.flags(), args); err != nil {
 		return err
 	}
 	st, err := a.store()
@@ -259,9 +275,9 @@ type listAccount struct {
 }
 
 func cmdList(a *app, args []string) error {
-	fs := a.flags("status")
+	fs := a.flags()
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parse(fs, args); err != nil {
+	if _, err := a.parse(fs, args); err != nil {
 		return err
 	}
 	pool, sel, err := a.selector()
@@ -291,14 +307,15 @@ func cmdList(a *app, args []string) error {
 		fmt.Fprintln(a.stdout, "No accounts yet. Add one with \"rotor import codex\", \"rotor login\" or \"rotor add-key\".")
 		return nil
 	}
+	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tSTATE\tLABEL\tKIND\tEMAIL\tPLAN")
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\n", pal.header("STATE"))
 	for _, r := range rows {
 		pin := " "
 		if r.Pinned {
 			pin = "*"
 		}
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, stateText(r), r.Account.Label,
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r)), r.Account.Label,
 			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType))
 	}
 	tw.Flush()

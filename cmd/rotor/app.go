@@ -24,64 +24,22 @@ var (
 	commit  = ""
 )
 
-// app is one run of the CLI: its streams and environment, injected so
-// tests can run commands in-process.
+// app is one run of the CLI: its streams, what they are connected to, and
+// its environment, all injected (as gh's iostreams are) so that tests run
+// every command in-process, as if on a terminal or not.
 type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-}
 
-type command struct {
-	run     func(a *app, args []string) error
-	summary string
-}
+	// stdinTTY and stdoutTTY say whether stdin and stdout are terminals:
+	// add-key then prompts, and tables are coloured (unless NO_COLOR).
+	stdinTTY, stdoutTTY bool
+	// readHidden reads one line from the terminal on stdin without echoing
+	// it; only called when stdinTTY.
+	readHidden func() (string, error)
 
-// commands is the CLI's surface (SPEC §3).
-var commands map[string]command
-
-func init() {
-	commands = map[string]command{
-		"serve":    {cmdServe, "serve [--host H] [--port P] [--account SEL]   run the proxy"},
-		"exec":     {cmdExec, "exec [--account SEL] -- CMD [ARGS]            run CMD through a private proxy"},
-		"env":      {cmdEnv, "env                                          print exports for the running proxy"},
-		"login":    {cmdLogin, "login [--device] [--no-browser] [--label L]  add a ChatGPT account by signing in"},
-		"import":   {cmdImport, "import codex [--file PATH] [--label L]      add the ChatGPT login of Codex CLI"},
-		"add-key":  {cmdAddKey, "add-key [--label L] [--base-url URL]        add an API key (read from stdin)"},
-		"list":     {cmdList, "list [--json]                                list accounts"},
-		"status":   {cmdList, "status [--json]                              same as list"},
-		"remove":   {cmdRemove, "remove <index>                               remove an account and its secrets"},
-		"enable":   {cmdEnable, "enable <index>                               enable an account"},
-		"disable":  {cmdDisable, "disable <index>                              disable an account"},
-		"switch":   {cmdSwitch, "switch <index>                               pin every proxy to one account"},
-		"unpin":    {cmdUnpin, "unpin                                        rotate again"},
-		"rotation": {cmdRotation, "rotation status [--json]                     what each account is doing, and who is next"},
-		"version":  {cmdVersion, "version                                      version, commit, Go version"},
-		"help":     {cmdHelp, "help                                         this text"},
-
-		// Diagnostics: they explain and repair the pool.
-		"forecast":       {cmdForecast, "forecast [--json]                            who can serve now, who waits and why, at what risk"},
-		"report":         {cmdReport, "report [--json]                              forecast, store health and usage over 1h, 24h, 7d"},
-		"doctor":         {cmdDoctor, "doctor [--json]                              check the home, store, secrets, tokens, pin, proxy"},
-		"fix":            {cmdFix, "fix [--dry-run] [--prune-secrets] [--json]   repair what doctor finds (--dry-run: list only)"},
-		"verify-flagged": {cmdVerifyFlagged, "verify-flagged [--dry-run] [--json]          re-check flagged accounts, restore those that work"},
-	}
-}
-
-func (a *app) usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: rotor <command> [options]")
-	fmt.Fprintln(w, "")
-	fmt.Fprintln(w, "Commands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		fmt.Fprintln(w, "  rotor "+commands[n].summary)
-	}
-	fmt.Fprintln(w, "")
-	fmt.Fprintln(w, "Accounts are chosen by their index in \"rotor list\" (--account also takes an id, label or email).")
+	name string // the command being run, as typed
 }
 
 // run executes one command line and returns the exit status.
@@ -91,15 +49,23 @@ func (a *app) run(args []string) int {
 		return 1
 	}
 	name := args[0]
-	if name == "-h" || name == "--help" {
+	switch name {
+	case "-h", "--help":
 		name = "help"
+	case "--version", "-version":
+		name = "version"
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(a.stderr, "Unknown command: %s\n\n", name)
+		fmt.Fprintf(a.stderr, "Unknown command: %s\n", name)
+		if s := suggest(name); s != "" {
+			fmt.Fprintf(a.stderr, "Did you mean %q?\n", s)
+		}
+		fmt.Fprintln(a.stderr)
 		a.usage(a.stderr)
 		return 1
 	}
+	a.name = name
 	if err := cmd.run(a, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -114,6 +80,16 @@ func (a *app) run(args []string) int {
 	return 0
 }
 
+// sortedNames lists the commands alphabetically.
+func sortedNames() []string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // printError writes err for a person: the message, and the stable code of
 // typed errors other than plain input mistakes.
 func (a *app) printError(err error) {
@@ -125,19 +101,49 @@ func (a *app) printError(err error) {
 	fmt.Fprintln(a.stderr, err.Error())
 }
 
-// flags returns a flag set for a command that reports errors on stderr.
-func (a *app) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("rotor "+name, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+// flags returns the flag set of the command being run. Its errors go to
+// stderr; --help prints the command's help on stdout (and run exits 0).
+func (a *app) flags() *flag.FlagSet {
+	fs := flag.NewFlagSet("rotor "+a.name, flag.ContinueOnError)
+	// The flag package calls Usage for --help and after a bad flag alike,
+	// and names flags with one dash; parseFlags reports both instead.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
+}
+
+// parseFlags parses args with fs. On --help it writes the command's help
+// to stdout and returns flag.ErrHelp (run exits 0); after a bad flag,
+// which fs has already named on stderr, it adds the usage line.
+func (a *app) parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		commandHelp(a.stdout, a.name, fs)
+	case err != nil:
+		fmt.Fprintln(a.stderr, flagMistake(err))
+		fmt.Fprintf(a.stderr, "Usage: rotor %s (\"rotor %s --help\" shows every flag)\n", commands[a.name].usage, a.name)
+		return &exitError{code: 1}
+	}
+	return err
+}
+
+// flagMistake rewords the flag package's errors the way rotor's flags are
+// written: "--port", not "-port".
+func flagMistake(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "Unknown flag: --" + strings.TrimLeft(name, "-")
+	}
+	return strings.Replace(msg, " flag -", " flag --", 1)
 }
 
 // parse parses args, allowing flags after positional arguments
 // ("rotor switch 2 --json" as well as "rotor switch --json 2").
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := a.parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
@@ -223,6 +229,9 @@ func (a *app) printJSON(v any) error {
 }
 
 func cmdVersion(a *app, args []string) error {
+	if err := a.noArgs(a.flags(), args); err != nil {
+		return err
+	}
 	goVersion := "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		goVersion = bi.GoVersion
@@ -239,7 +248,25 @@ func cmdVersion(a *app, args []string) error {
 }
 
 func cmdHelp(a *app, args []string) error {
-	a.usage(a.stdout)
+	args, err := a.parse(a.flags(), args)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		a.usage(a.stdout)
+		return nil
+	}
+	name := args[0]
+	if _, ok := commands[name]; !ok {
+		msg := "Unknown command: " + name
+		if s := suggest(name); s != "" {
+			msg += fmt.Sprintf(". Did you mean %q?", s)
+		}
+		return rerr.Validation("command", msg)
+	}
+	// The command's own flag set knows its flags: ask it for help.
+	sub := &app{stdin: a.stdin, stdout: a.stdout, stderr: a.stderr, getenv: a.getenv}
+	sub.run([]string{name, "--help"})
 	return nil
 }
 

@@ -14,14 +14,14 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// noArgs parses args and refuses positional arguments, naming usage.
-func noArgs(fs *flag.FlagSet, args []string, usage string) error {
-	pos, err := parse(fs, args)
+// noArgs parses args and refuses positional arguments, naming the usage.
+func (a *app) noArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". "+usage)
+		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor "+commands[a.name].usage)
 	}
 	return nil
 }

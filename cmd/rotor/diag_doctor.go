@@ -16,9 +16,9 @@ type doctorSummary struct {
 }
 
 func cmdDoctor(a *app, args []string) error {
-	fs := a.flags("doctor")
+	fs := a.flags()
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := noArgs(fs, args, "Usage: rotor doctor [--json]"); err != nil {
+	if err := a.noArgs(fs, args); err != nil {
 		return err
 	}
 	dir, err := a.home()
@@ -38,10 +38,11 @@ func cmdDoctor(a *app, args []string) error {
 			Checks  []checkup.Check `json:"checks"`
 		}{"doctor", doctorSummary{ok, warn, errs}, checks})
 	} else {
+		pal := a.palette()
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  STATUS\tCHECK\tDETAIL")
+		fmt.Fprintf(tw, "  %s\tCHECK\tDETAIL\n", pal.header("STATUS"))
 		for _, c := range res.Checks {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", pal.state(c.Status), c.Name, c.Detail)
 		}
 		tw.Flush()
 		fmt.Fprintf(a.stdout, "\n%d ok, %s, %s.\n", ok, diagPlural(warn, "warning", "warnings"), diagPlural(errs, "error", "errors"))

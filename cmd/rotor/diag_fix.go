@@ -9,11 +9,11 @@ import (
 )
 
 func cmdFix(a *app, args []string) error {
-	fs := a.flags("fix")
+	fs := a.flags()
 	dry := fs.Bool("dry-run", false, "only list what would be repaired; change nothing")
 	prune := fs.Bool("prune-secrets", false, "also delete secrets that no account in the store or its backups names")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := noArgs(fs, args, "Usage: rotor fix [--dry-run] [--prune-secrets] [--json]"); err != nil {
+	if err := a.noArgs(fs, args); err != nil {
 		return err
 	}
 	dir, err := a.home()
@@ -54,8 +54,9 @@ func printFix(a *app, res checkup.FixResult) error {
 		fmt.Fprintln(a.stdout, "Dry run: nothing was changed. \"rotor fix\" would:")
 		fmt.Fprintln(a.stdout)
 	}
+	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  STATUS\tACTION\tTARGET\tDETAIL")
+	fmt.Fprintf(tw, "  %s\tACTION\tTARGET\tDETAIL\n", pal.header("STATUS"))
 	done, bad := 0, 0
 	for _, act := range res.Actions {
 		detail := act.Detail
@@ -69,7 +70,7 @@ func printFix(a *app, res checkup.FixResult) error {
 			}
 			detail += act.Error
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", act.Status, act.Action, act.Target, orDash(detail))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", pal.state(act.Status), act.Action, act.Target, orDash(detail))
 	}
 	tw.Flush()
 	switch {

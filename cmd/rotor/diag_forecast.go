@@ -92,9 +92,9 @@ func toForecastBody(fc rotation.Forecast) forecastBody {
 }
 
 func cmdForecast(a *app, args []string) error {
-	fs := a.flags("forecast")
+	fs := a.flags()
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := noArgs(fs, args, "Usage: rotor forecast [--json]"); err != nil {
+	if err := a.noArgs(fs, args); err != nil {
 		return err
 	}
 	_, sel, err := a.selector()
@@ -109,12 +109,12 @@ func cmdForecast(a *app, args []string) error {
 			forecastBody
 		}{"forecast", fc.At.UTC().Format(time.RFC3339), toForecastBody(fc)})
 	}
-	return printForecast(a.stdout, fc)
+	return printForecast(a.stdout, a.palette(), fc)
 }
 
 // printForecast writes the forecast for a person: who is next, then one
 // row per account, verdict first.
-func printForecast(w io.Writer, fc rotation.Forecast) error {
+func printForecast(w io.Writer, pal palette, fc rotation.Forecast) error {
 	if fc.Recommendation.Index > 0 {
 		a := fc.Accounts[fc.Recommendation.Index-1].Account
 		fmt.Fprintf(w, "Next:   account %d (%s): %s\n", fc.Recommendation.Index, a.Label, fc.Recommendation.Reason)
@@ -130,21 +130,21 @@ func printForecast(w io.Writer, fc rotation.Forecast) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tFORECAST\tWAIT\tRISK\tLABEL\tQUOTA USED\tWHY")
+	fmt.Fprintf(tw, "  #\t%s\tWAIT\tRISK\tLABEL\tQUOTA USED\tWHY\n", pal.header("FORECAST"))
 	for _, f := range fc.Accounts {
 		pin := " "
 		if f.Pinned {
 			pin = "*"
 		}
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%d\t%s\t%s\t%s\n", pin, f.Index, f.Verdict, waitText(f), f.Risk,
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%d\t%s\t%s\t%s\n", pin, f.Index, pal.state(f.Verdict), waitText(f), f.Risk,
 			f.Account.Label, quotaShort(f.Quota), orDash(f.Detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	s := fc.Summary
-	_, err := fmt.Fprintf(w, "\n%d accounts: %d ready, %d delayed, %d unavailable. RISK is 0-100 (higher fails sooner).\n",
-		s.Total, s.Ready, s.Delayed, s.Unavailable)
+	_, err := fmt.Fprintf(w, "\n%s: %d ready, %d delayed, %d unavailable. RISK is 0-100 (higher fails sooner).\n",
+		diagPlural(s.Total, "account", "accounts"), s.Ready, s.Delayed, s.Unavailable)
 	return err
 }
 

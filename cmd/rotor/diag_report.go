@@ -125,9 +125,9 @@ func indexOr(i *int) int {
 }
 
 func cmdReport(a *app, args []string) error {
-	fs := a.flags("report")
+	fs := a.flags()
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := noArgs(fs, args, "Usage: rotor report [--json]"); err != nil {
+	if err := a.noArgs(fs, args); err != nil {
 		return err
 	}
 	st, err := a.store()
@@ -167,7 +167,7 @@ func cmdReport(a *app, args []string) error {
 			Usage       usageBody           `json:"usage"`
 		}{"report", now.UTC().Format(time.RFC3339), health, fb, usage})
 	} else {
-		err = printReport(a.stdout, now, health, fc, rep, uerr, pool)
+		err = printReport(a.stdout, a.palette(), now, health, fc, rep, uerr, pool)
 	}
 	if err != nil {
 		return err
@@ -178,12 +178,12 @@ func cmdReport(a *app, args []string) error {
 	return nil
 }
 
-func printReport(w io.Writer, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep rotation.UsageReport, uerr error, pool *accounts.Pool) error {
+func printReport(w io.Writer, pal palette, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep rotation.UsageReport, uerr error, pool *accounts.Pool) error {
 	fmt.Fprintf(w, "rotor report, %s\n\n", now.Format("2006-01-02 15:04 MST"))
 	printStoreHealth(w, h)
 	if fc != nil {
 		fmt.Fprintln(w)
-		if err := printForecast(w, *fc); err != nil {
+		if err := printForecast(w, pal, *fc); err != nil {
 			return err
 		}
 	}
@@ -201,8 +201,8 @@ func printStoreHealth(w io.Writer, h checkup.StoreHealth) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "Store:   %d accounts (%d enabled, %d disabled, %d flagged), %s of accounts.json\n",
-		h.Accounts, h.Enabled, h.Disabled, h.Flagged, diagPlural(h.GoodBackups, "good backup", "good backups"))
+	fmt.Fprintf(w, "Store:   %s (%d enabled, %d disabled, %d flagged), %s of accounts.json\n",
+		diagPlural(h.Accounts, "account", "accounts"), h.Enabled, h.Disabled, h.Flagged, diagPlural(h.GoodBackups, "good backup", "good backups"))
 	backend := "unavailable"
 	if h.SecretsBackend != nil {
 		backend = *h.SecretsBackend

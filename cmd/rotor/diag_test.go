@@ -109,11 +109,18 @@ func (h *diagHome) write(accts ...diagAcct) *accounts.Pool {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	salt, err := h.sec.Salt()
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	p, err := st.Update(func(p *accounts.Pool) error {
 		for _, a := range accts {
 			acc := accounts.Account{ID: "acct_" + string(rune('0'+len(p.Accounts)+1)), Label: a.label, Kind: a.kind,
 				Email: a.email, ChatGPTAccountID: a.cg, Enabled: a.enabled, AddedAt: time.Now().UTC()}
 			acc.SetFlag(a.flag)
+			if a.kind == accounts.KindAPIKey && a.secret != nil {
+				acc.KeyFingerprint = secrets.Fingerprint(salt, a.secret.APIKey) // as add-key stores it
+			}
 			p.Accounts = append(p.Accounts, acc)
 		}
 		return nil

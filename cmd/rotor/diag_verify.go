@@ -9,10 +9,10 @@ import (
 )
 
 func cmdVerifyFlagged(a *app, args []string) error {
-	fs := a.flags("verify-flagged")
+	fs := a.flags()
 	dry := fs.Bool("dry-run", false, "only say what would be tried: no token refresh, no probe")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := noArgs(fs, args, "Usage: rotor verify-flagged [--dry-run] [--json]"); err != nil {
+	if err := a.noArgs(fs, args); err != nil {
 		return err
 	}
 	dir, err := a.home()
@@ -59,10 +59,11 @@ func printVerify(a *app, res checkup.VerifyResult, total, restored, still int) e
 		fmt.Fprintln(a.stdout, "Dry run: no token was refreshed and nothing was changed.")
 		fmt.Fprintln(a.stdout)
 	}
+	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RESULT\t#\tLABEL\tFLAG\tDETAIL")
+	fmt.Fprintf(tw, "  %s\t#\tLABEL\tFLAG\tDETAIL\n", pal.header("RESULT"))
 	for _, r := range res.Reports {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", r.Result, r.Index, r.Label, r.FlaggedReason, r.Detail)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", pal.state(r.Result), r.Index, r.Label, r.FlaggedReason, r.Detail)
 	}
 	tw.Flush()
 	if res.DryRun {

@@ -19,11 +19,11 @@ type exitError struct{ code int }
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func cmdExec(a *app, args []string) error {
-	fs := a.flags("exec")
+	fs := a.flags()
 	var o proxyOptions
 	o.register(fs, false)
 	o.host, o.port = "127.0.0.1", 0
-	if err := fs.Parse(args); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	argv := fs.Args()

@@ -14,11 +14,11 @@ import (
 )
 
 func cmdLogin(a *app, args []string) error {
-	fs := a.flags("login")
+	fs := a.flags()
 	device := fs.Bool("device", false, "sign in with a device code (for machines without a browser)")
 	noBrowser := fs.Bool("no-browser", false, "print the sign-in URL and read the redirect URL you paste back")
-	label := fs.String("label", "", "a name for the account (default its email)")
-	if pos, err := parse(fs, args); err != nil {
+	label := fs.String("label", "", "name the account `L` (default its email)")
+	if pos, err := a.parse(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
 		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor login [--device] [--no-browser] [--label L]")

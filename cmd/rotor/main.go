@@ -4,14 +4,23 @@ package main
 
 import (
 	"os"
+
+	"golang.org/x/term"
 )
 
 func main() {
+	in := int(os.Stdin.Fd())
 	a := &app{
-		stdin:  os.Stdin,
-		stdout: os.Stdout,
-		stderr: os.Stderr,
-		getenv: os.Getenv,
+		stdin:     os.Stdin,
+		stdout:    os.Stdout,
+		stderr:    os.Stderr,
+		getenv:    os.Getenv,
+		stdinTTY:  term.IsTerminal(in),
+		stdoutTTY: term.IsTerminal(int(os.Stdout.Fd())),
+		readHidden: func() (string, error) {
+			b, err := term.ReadPassword(in)
+			return string(b), err
+		},
 	}
 	os.Exit(a.run(os.Args[1:]))
 }

@@ -44,9 +44,9 @@ func toJSONWindow(w *rotation.Window) *jsonWindow {
 }
 
 func cmdRotation(a *app, args []string) error {
-	fs := a.flags("rotation")
+	fs := a.flags()
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -102,14 +102,15 @@ func cmdRotation(a *app, args []string) error {
 		fmt.Fprintln(a.stdout, "No accounts yet.")
 		return nil
 	}
+	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tSTATE\tLABEL\tHEALTH\tPRIMARY QUOTA\tSECONDARY QUOTA\tLAST USED")
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\tPRIMARY QUOTA\tSECONDARY QUOTA\tLAST USED\n", pal.header("STATE"))
 	for _, r := range rows {
 		var p, s *rotation.Window
 		if r.Quota != nil {
 			p, s = r.Quota.Primary, r.Quota.Secondary
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, stateText(r), r.Account.Label, r.Health,
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r)), r.Account.Label, r.Health,
 			windowText(p), windowText(s), ago(r.LastUsed))
 	}
 	return tw.Flush()

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,22 +41,47 @@ type proxyOptions struct {
 	logLevel     string
 }
 
-func (o *proxyOptions) register(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-}, serve bool) {
+func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
 	if serve {
-		fs.StringVar(&o.host, "host", "127.0.0.1", "loopback address to listen on (127.0.0.0/8, ::1 or localhost)")
-		fs.IntVar(&o.port, "port", 8787, "port to listen on (0 picks a free one)")
+		fs.StringVar(&o.host, "host", "127.0.0.1", "listen on the loopback address `H` (127.0.0.0/8, ::1 or localhost)")
+		o.port = proxy.DefaultPort
+		fs.Var((*portValue)(&o.port), "port", "listen on port `P` (0 picks a free one)")
 	}
-	fs.StringVar(&o.account, "account", "", "use only this account (index, id, label or email) in this process")
+	fs.StringVar(&o.account, "account", "", "use only account `SEL` (index, id, label or email) in this process")
 	fs.IntVar(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body accepted, in bytes")
 	fs.IntVar(&o.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "most accounts tried for one request")
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", proxy.DefaultStallTimeout, "cut a stream after this long without a byte")
 	fs.DurationVar(&o.respTimeout, "response-timeout", proxy.DefaultResponseTimeout, "wait this long for an upstream answer to start")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto, json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// portValue is --port: a TCP port number, 0 for any free one.
+type portValue int
+
+func (p *portValue) String() string { return strconv.Itoa(int(*p)) }
+
+func (p *portValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 65535 {
+		return errors.New("want a port number from 1 to 65535, or 0 for any free port")
+	}
+	*p = portValue(n)
+	return nil
+}
+
+// listenErr explains a failed listen. A busy port names the rotor serve on
+// this home that holds it, when one does, and the way out (--port 0).
+func listenErr(err error, home, host string, port int) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	msg := fmt.Sprintf("Port %d on %s is already in use by another program.", port, host)
+	if in, ok := proxy.Holder(home, port); ok {
+		msg = fmt.Sprintf("Port %d on %s is already in use by rotor serve (pid %d, up since %s, %s); use it (eval \"$(rotor env)\") or stop it.",
+			port, host, in.PID, in.StartedAt.Local().Format("2006-01-02 15:04"), in.URL)
+	}
+	return rerr.Validation("port", msg+" To run another proxy, pick a free port with --port 0.")
 }
 
 // running is a proxy serving in this process.
@@ -105,9 +133,6 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err := rt.Sync(nil); err != nil {
 		log.Warn().Err(err).Msg("cannot read shared state; starting fresh")
 	}
-	if !slices.ContainsFunc(pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
-		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
-	}
 	key := a.getenv("ROTOR_CLIENT_KEY")
 	if key == "" {
 		var b [32]byte
@@ -138,7 +163,10 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	ln, err := proxy.Listen(o.host, o.port)
 	if err != nil {
 		usage.Close()
-		return nil, err
+		return nil, listenErr(err, st.Dir(), o.host, o.port)
+	}
+	if !slices.ContainsFunc(pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
+		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
 	}
 	r := &running{
 		url:    "http://" + ln.Addr().(*net.TCPAddr).String() + "/v1",
@@ -203,10 +231,10 @@ func isTerminal(f *os.File) bool {
 }
 
 func cmdServe(a *app, args []string) error {
-	fs := a.flags("serve")
+	fs := a.flags()
 	var o proxyOptions
 	o.register(fs, true)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -246,7 +274,7 @@ func cmdServe(a *app, args []string) error {
 }
 
 func cmdEnv(a *app, args []string) error {
-	if _, err := parse(a.flags("env"), args); err != nil {
+	if _, err := a.parse(a.flags(), args); err != nil {
 		return err
 	}
 	dir, err := a.home()
