@@ -87,6 +87,11 @@ func TestExposedSecretsWarning(t *testing.T) {
 	if n := strings.Count(r.stderr, "other users can read your keys"); n != 1 || !strings.Contains(r.stderr, "0644") {
 		t.Errorf("list: want one warning naming 0644: %v", r)
 	}
+	srv := raceServe(t, rotorBin, h.env, "serve")
+	srv.stop(t)
+	if n := strings.Count(srv.stderr.String(), "other users can read your keys"); n != 1 {
+		t.Errorf("serve: %d warnings about secrets.json, want 1:\n%s", n, srv.stderr.String())
+	}
 	if err := os.Chmod(h.path("secrets.json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
