@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/rs/zerolog v1.35.1
 	github.com/tidwall/gjson v1.20.0
+	github.com/tidwall/sjson v1.2.7
 	github.com/valyala/fasthttp v1.73.0
 	github.com/zalando/go-keyring v0.2.8
 	golang.org/x/sys v0.47.0

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/rotorproxy/rotor/accounts/homefs"
 
 	rerr "github.com/rotorproxy/rotor/errors"
 )
@@ -57,6 +60,49 @@ func ReadCodexAuth(path string) (CodexTokens, error) {
 	return ct, nil
 }
 
+// WriteCodexTokens puts t into the Codex CLI auth.json at path, as Codex
+// itself writes a refresh (tokens.*, and last_refresh at now), but only
+// while the file still holds the refresh token spent: a file Codex has
+// refreshed meanwhile, or that now holds another login, is left alone, and
+// written reports false. The file keeps its mode and every other field
+// byte for byte, and is replaced atomically.
+func WriteCodexTokens(path, spent string, t CodexTokens, now time.Time) (written bool, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	if !gjson.ValidBytes(data) || gjson.GetBytes(data, "tokens.refresh_token").String() != spent {
+		return false, nil
+	}
+	set := []struct {
+		path, value string
+	}{
+		{"tokens.access_token", t.AccessToken},
+		{"tokens.refresh_token", t.RefreshToken},
+		{"tokens.id_token", t.IDToken},
+		{"last_refresh", now.UTC().Format(time.RFC3339Nano)},
+	}
+	for _, s := range set {
+		if s.value == "" {
+			continue // e.g. no new id token: keep the one there
+		}
+		if s.path == "tokens.id_token" && gjson.GetBytes(data, s.path).IsObject() {
+			s.path += ".raw_jwt" // the layout of older Codex versions
+		}
+		if data, err = sjson.SetBytes(data, s.path, s.value); err != nil {
+			return false, err
+		}
+	}
+	if err := homefs.WriteFileMode(path, data, fi.Mode().Perm()); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // Identity reads the account's identity from the id token and the access
 // token; the explicit account_id wins over the claims.
 func (ct CodexTokens) Identity() Identity {
@@ -70,6 +116,14 @@ func (ct CodexTokens) Identity() Identity {
 		id.ChatGPTAccountID = ct.AccountID
 	}
 	return id
+}
+
+// SameLogin reports whether id is the login of ChatGPT account a: the same
+// chatgpt_account_id (a workspace) and, where both are known, the same
+// email, since several people can share one workspace.
+func (a *Account) SameLogin(id Identity) bool {
+	return a.Kind == KindChatGPT && a.ChatGPTAccountID == id.ChatGPTAccountID &&
+		(a.Email == "" || id.Email == "" || strings.EqualFold(a.Email, id.Email))
 }
 
 // UpsertChatGPT adds a ChatGPT account for id, or updates the account that

@@ -49,6 +49,9 @@ type Account struct {
 	Enabled          bool      `json:"enabled"`
 	AddedAt          time.Time `json:"added_at"`
 	FlaggedReason    *string   `json:"flagged_reason"`
+	// CodexAuthFile links a ChatGPT account to the Codex CLI auth.json it
+	// was imported from (SPEC §9): refreshes read it first and write back.
+	CodexAuthFile string `json:"codex_auth_file,omitempty"`
 }
 
 // Flagged reports whether the account is flagged, and why.

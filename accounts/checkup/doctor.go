@@ -86,6 +86,7 @@ var doctorChecks = []struct {
 	{"store", checkStore},
 	{"secrets", checkSecretsBackend},
 	{"account", checkAccounts},
+	{"codex_link", checkCodexLinks},
 	{"orphaned_secrets", checkOrphans},
 	{"duplicates", checkDuplicates},
 	{"flagged", checkFlagged},
@@ -185,6 +186,47 @@ func checkFiles(r *doctorRun) []Check {
 		return []Check{{"files", StatusWarn, "not 0600: " + strings.Join(odd, ", ") + "; " + fix}}
 	}
 	return []Check{{"files", StatusOK, "every file is 0600 (" + plural(len(ents), "file") + ")"}}
+}
+
+// checkCodexLinks looks at each account linked to a Codex CLI auth.json
+// (SPEC §9): the file must exist and still hold that account's login, or
+// rotor and Codex no longer share refreshes.
+func checkCodexLinks(r *doctorRun) []Check {
+	if r.pr.pool == nil {
+		return nil
+	}
+	var out []Check
+	for i := range r.pr.pool.Accounts {
+		a := &r.pr.pool.Accounts[i]
+		if a.CodexAuthFile == "" {
+			continue
+		}
+		name := accountName(i+1, a)
+		ct, err := accounts.ReadCodexAuth(a.CodexAuthFile)
+		switch id := ct.Identity(); {
+		case err != nil && !fileExists(a.CodexAuthFile):
+			out = append(out, Check{"codex_link", StatusWarn, fmt.Sprintf("%s is linked to %s, which is gone; \"rotor unlink %d\" or import it again", name, a.CodexAuthFile, i+1)})
+		case err != nil:
+			out = append(out, Check{"codex_link", StatusWarn, fmt.Sprintf("%s is linked to %s, which rotor cannot read: %v", name, a.CodexAuthFile, causeOf(err))})
+		case !a.SameLogin(id):
+			out = append(out, Check{"codex_link", StatusWarn, fmt.Sprintf("%s is linked to %s, which now holds another login (%s); rotor leaves it alone: \"rotor unlink %d\"", name, a.CodexAuthFile, orNone(id.Email), i+1)})
+		default:
+			out = append(out, Check{"codex_link", StatusOK, fmt.Sprintf("%s shares its refreshes with %s", name, a.CodexAuthFile)})
+		}
+	}
+	return out
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no email"
+	}
+	return s
 }
 
 func checkTemps(r *doctorRun) []Check {

@@ -3,10 +3,12 @@ package checkup_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
 )
 
@@ -94,5 +96,49 @@ func TestLeftoverSecretTempFiles(t *testing.T) {
 	}
 	if c := check(h.checkup().Doctor(context.Background()), "temp_files"); c.Status != "missing" {
 		t.Errorf("after fix, doctor temp_files = %+v", c)
+	}
+}
+
+// doctor reports each account linked to a Codex CLI auth.json: shared,
+// gone, or now holding another login.
+func TestDoctorCodexLinks(t *testing.T) {
+	h := newTestHome(t)
+	dir := t.TempDir()
+	linked := filepath.Join(dir, "auth.json")
+	fixture, err := os.ReadFile(filepath.Join("..", "..", "testdata", "jwt", "codex_auth.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(linked, fixture, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's login: ada@example.com in workspace 7f3c2a10-….
+	ada := chatgpt("ada", "ada@example.com", "7f3c2a10-5b6e-4d8f-9a01-fixture00001", "at", "rt", time.Hour)
+	other := chatgpt("bob", "bob@example.com", "another-workspace", "at2", "rt2", time.Hour)
+	gone := chatgpt("carol", "carol@example.com", "cg-carol", "at3", "rt3", time.Hour)
+	h.write(ada, other, gone)
+	h.update(func(p *accounts.Pool) {
+		p.Accounts[0].CodexAuthFile = linked
+		p.Accounts[1].CodexAuthFile = linked
+		p.Accounts[2].CodexAuthFile = filepath.Join(dir, "missing", "auth.json")
+	})
+	var got []checkup.Check
+	for _, c := range h.checkup().Doctor(context.Background()).Checks {
+		if c.Name == "codex_link" {
+			got = append(got, c)
+		}
+	}
+	want := []struct{ status, detail string }{
+		{checkup.StatusOK, "account 1 (ada) shares its refreshes with " + linked},
+		{checkup.StatusWarn, "now holds another login (ada@example.com)"},
+		{checkup.StatusWarn, "which is gone; \"rotor unlink 3\""},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("codex_link checks: %+v", got)
+	}
+	for i, w := range want {
+		if got[i].Status != w.status || !strings.Contains(got[i].Detail, w.detail) {
+			t.Errorf("check %d = %+v, want %s with %q", i, got[i], w.status, w.detail)
+		}
 	}
 }

@@ -42,7 +42,12 @@ func EnsureDir(dir string) error {
 }
 
 // WriteFile replaces path with data atomically, with mode 0600.
-func WriteFile(path string, data []byte) error {
+func WriteFile(path string, data []byte) error { return WriteFileMode(path, data, FileMode) }
+
+// WriteFileMode replaces path with data atomically (temp file in the same
+// directory, fsync, rename, fsync of the directory), with mode perm: a
+// crash leaves the old file or the new one, never a torn one.
+func WriteFileMode(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -56,7 +61,7 @@ func WriteFile(path string, data []byte) error {
 			os.Remove(tmp)
 		}
 	}()
-	if err := f.Chmod(FileMode); err != nil {
+	if err := f.Chmod(perm); err != nil {
 		return err
 	}
 	if _, err := f.Write(data); err != nil {

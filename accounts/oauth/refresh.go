@@ -23,6 +23,13 @@ func RefreshLockFile(id string) string { return ".refresh-" + id + ".lock" }
 // one ROTOR_HOME, at most one refresh per account runs at a time: it takes
 // the account's refresh lock, then reads the secret again, and only calls
 // the token endpoint when no other process has refreshed meanwhile.
+//
+// An account linked to a Codex CLI auth.json (SPEC §9) shares its login
+// with Codex, and refresh tokens are single-use, so under the same lock
+// the Refresher also reads that file first: when Codex has refreshed, it
+// adopts Codex's tokens instead of spending its own (already spent) one;
+// and after it refreshes, it writes the new tokens back while the file
+// still holds the token it spent, so Codex's next refresh works too.
 type Refresher struct {
 	Client  *Client
 	Secrets secrets.Store
@@ -31,6 +38,9 @@ type Refresher struct {
 	// Flag marks an account whose refresh token is dead (may be nil).
 	Flag func(id, reason string) error
 	Now  func() time.Time
+	// LinkError is told when a linked Codex auth.json could not be read
+	// or written back (may be nil). The refresh itself still counts.
+	LinkError func(a accounts.Account, err error)
 }
 
 // Refresh returns fresh tokens for a, whose request just failed (or was
@@ -46,8 +56,11 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
 	}
 	now := r.Now()
+	if adopted, ok := r.adoptCodex(a, cur); ok {
+		cur = adopted
+	}
 	if cur.AccessToken != "" && cur.AccessToken != stale.AccessToken && !Expiring(cur, now) {
-		return cur, nil // another process refreshed while we waited for the lock
+		return cur, nil // another process, or Codex, refreshed while we waited for the lock
 	}
 	if cur.RefreshToken == "" {
 		return secrets.Secret{}, rerr.AuthRefreshFailed(false, fmt.Errorf("account %s has no refresh token", a.Label))
@@ -68,7 +81,47 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 		// the account out, so this is not retryable silently.
 		return secrets.Secret{}, rerr.AuthRefreshFailed(false, err)
 	}
+	if a.CodexAuthFile != "" {
+		_, err := accounts.WriteCodexTokens(a.CodexAuthFile, cur.RefreshToken, accounts.CodexTokens{
+			IDToken: t.IDToken, AccessToken: next.AccessToken, RefreshToken: next.RefreshToken,
+		}, now)
+		r.linkError(a, err)
+	}
 	return next, nil
+}
+
+// adoptCodex reads a's linked Codex auth.json and, when it holds another
+// token pair of the same login than cur that is not older (its access
+// token does not expire sooner: Codex refreshed), stores and returns it.
+func (r *Refresher) adoptCodex(a accounts.Account, cur secrets.Secret) (secrets.Secret, bool) {
+	if a.CodexAuthFile == "" {
+		return secrets.Secret{}, false
+	}
+	ct, err := accounts.ReadCodexAuth(a.CodexAuthFile)
+	if err != nil {
+		r.linkError(a, err)
+		return secrets.Secret{}, false
+	}
+	id := ct.Identity()
+	switch {
+	case ct.RefreshToken == cur.RefreshToken: // nothing new
+	case !a.SameLogin(id): // the file now holds another login: doctor says so
+	case !cur.ExpiresAt.IsZero() && id.ExpiresAt.Before(cur.ExpiresAt): // older than ours
+	default:
+		s := secrets.Secret{AccessToken: ct.AccessToken, RefreshToken: ct.RefreshToken, IDToken: ct.IDToken, ExpiresAt: id.ExpiresAt}
+		if err := r.Secrets.Set(a.ID, s); err != nil {
+			r.linkError(a, err)
+			return secrets.Secret{}, false
+		}
+		return s, true
+	}
+	return secrets.Secret{}, false
+}
+
+func (r *Refresher) linkError(a accounts.Account, err error) {
+	if err != nil && r.LinkError != nil {
+		r.LinkError(a, err)
+	}
 }
 
 // Expiring reports whether s's access token expires within RefreshLead.

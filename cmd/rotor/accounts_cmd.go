@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -91,16 +92,20 @@ func cmdImport(a *app, args []string) error {
 	fs := a.flags()
 	file := fs.String("file", "", "read the Codex login from `PATH` (default $CODEX_HOME/auth.json, else ~/.codex/auth.json)")
 	label := fs.String("label", "", "name the account `L` (default its email)")
+	unlink := fs.Bool("unlink", false, "do not keep the account linked to the file (rotor then never reads or writes it again)")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || pos[0] != "codex" {
-		return rerr.Validation("source", "Usage: rotor import codex [--file PATH] [--label L]")
+		return rerr.Validation("source", "Usage: rotor "+commands[a.name].usage)
 	}
 	path := *file
 	if path == "" {
 		path = accounts.CodexAuthPath(a.getenv)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // the link must not depend on the directory serve runs in
 	}
 	tok, err := accounts.ReadCodexAuth(path)
 	if err != nil {
@@ -111,9 +116,13 @@ func cmdImport(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	link := path
+	if *unlink {
+		link = ""
+	}
 	acct, idx, created, err := saveChatGPT(st, sec, id, secrets.Secret{
 		AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
-	}, *label)
+	}, *label, func(acct *accounts.Account) { acct.CodexAuthFile = link })
 	if err != nil {
 		return err
 	}
@@ -122,16 +131,29 @@ func cmdImport(a *app, args []string) error {
 		verb = "Imported"
 	}
 	fmt.Fprintf(a.stdout, "%s ChatGPT account %d (%s, plan %s) from %s.\n", verb, idx, orDash(acct.Email), orDash(acct.PlanType), path)
+	if link != "" {
+		fmt.Fprintf(a.stdout, "Linked to that file: rotor and Codex CLI share one refresh (\"rotor unlink %d\" stops it).\n", idx)
+	}
 	return nil
 }
 
 // saveChatGPT adds the ChatGPT account id describes, or updates the one
-// already in the pool, with secret s. The secret is stored under the store
-// lock, so the account never appears without it.
-func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string) (acct accounts.Account, idx int, created bool, err error) {
+// already in the pool, with secret s unless the stored secret is newer (a
+// re-import of an old file must not bring back a spent refresh token).
+// edit, if not nil, adjusts the account. The secret is stored under the
+// store lock, so the account never appears without it.
+func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string, edit func(*accounts.Account)) (acct accounts.Account, idx int, created bool, err error) {
 	_, err = st.Update(func(p *accounts.Pool) error {
 		idx, created = p.UpsertChatGPT(id, label, time.Now())
+		if edit != nil {
+			edit(p.At(idx))
+		}
 		acct = *p.At(idx)
+		if !created {
+			if cur, err := sec.Get(acct.ID); err == nil && cur.RefreshToken != "" && cur.ExpiresAt.After(s.ExpiresAt) {
+				return nil
+			}
+		}
 		return sec.Set(acct.ID, s)
 	})
 	return acct, idx, created, err
@@ -217,6 +239,18 @@ func cmdDisable(a *app, args []string) error {
 	return a.updateAt("disable", args, func(p *accounts.Pool, i int) (string, error) {
 		p.At(i).Enabled = false
 		return fmt.Sprintf("Disabled account %d (%s).", i, p.At(i).Label), nil
+	})
+}
+
+func cmdUnlink(a *app, args []string) error {
+	return a.updateAt("unlink", args, func(p *accounts.Pool, i int) (string, error) {
+		acct := p.At(i)
+		if acct.CodexAuthFile == "" {
+			return fmt.Sprintf("Account %d (%s) is not linked to a Codex CLI login.", i, acct.Label), nil
+		}
+		file := acct.CodexAuthFile
+		acct.CodexAuthFile = ""
+		return fmt.Sprintf("Unlinked account %d (%s) from %s: rotor no longer reads or writes that file.", i, acct.Label, file), nil
 	})
 }
 

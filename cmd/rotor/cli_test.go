@@ -261,10 +261,7 @@ func TestAddKeyReadsStdin(t *testing.T) {
 
 func TestImportCodex(t *testing.T) {
 	h := newHome(t)
-	fixture, err := filepath.Abs(filepath.Join("..", "..", "testdata", "jwt", "codex_auth.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixture := codexFixture(t)
 	r := h.ok("", "import", "codex", "--file", fixture)
 	if !strings.Contains(r.stdout, "Imported ChatGPT account 1 (ada@example.com, plan plus)") {
 		t.Errorf("import output %q", r.stdout)
@@ -296,10 +293,22 @@ func TestImportCodex(t *testing.T) {
 		t.Fatalf("after a second import: %+v, want the same single account", p.Accounts)
 	}
 
+	// An older pair of the same login (its access token expires before the
+	// stored one) never replaces the stored tokens: its refresh token may
+	// be spent already.
+	olderPath := filepath.Join(t.TempDir(), "auth.json")
+	writeCodexAuth(t, olderPath, "ada@example.com", "7f3c2a10-5b6e-4d8f-9a01-fixture00001", "plus", "", "older")
+	before := h.secretsFile()[a.ID]
+	h.ok("", "import", "codex", "--file", olderPath)
+	if sec := h.secretsFile()[a.ID]; sec["refresh_token"] != before["refresh_token"] {
+		t.Errorf("an older pair replaced the stored tokens")
+	}
+
 	// A newer login of the same account (new tokens, new plan, new label)
 	// replaces the tokens and the plan, still without a duplicate.
 	newerPath := filepath.Join(t.TempDir(), "auth.json")
-	newer := writeCodexAuth(t, newerPath, "ada@example.com", "7f3c2a10-5b6e-4d8f-9a01-fixture00001", "pro", "", "newer")
+	newer := writeCodexAuthExp(t, newerPath, "ada@example.com", "7f3c2a10-5b6e-4d8f-9a01-fixture00001", "pro", "", "newer",
+		time.Date(2101, 1, 1, 0, 0, 0, 0, time.UTC)) // the fixture's lasts until 2100
 	h.ok("", "import", "codex", "--file", newerPath, "--label", "ada-pro")
 	p = h.pool()
 	if len(p.Accounts) != 1 || p.At(1).ID != a.ID || p.At(1).PlanType != "pro" || p.At(1).Label != "ada-pro" {

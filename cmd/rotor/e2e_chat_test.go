@@ -11,7 +11,6 @@ package main
 
 import (
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -64,7 +63,7 @@ var e2eChatKinds = []e2eChatKind{
 	{
 		name: "chatgpt",
 		add: func(w *e2eWorld) {
-			file := filepath.Join(e2eRoot(w.t), "testdata", "jwt", "codex_auth.json")
+			file := codexFixture(w.t)
 			if r := w.rotor(30*time.Second, "", "import", "codex", "--file", file); r.code != 0 {
 				w.t.Fatalf("import codex: %v", r)
 			}

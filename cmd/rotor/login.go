@@ -58,7 +58,7 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
 	}
-	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, time.Now()), label)
+	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, time.Now()), label, nil)
 	if err != nil {
 		return err
 	}
@@ -94,6 +94,9 @@ func newRefresher(a *app, st *accounts.Store, sec secrets.Store) *oauth.Refreshe
 		Client:  oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL")),
 		Secrets: sec,
 		Dir:     st.Dir(),
+		LinkError: func(acct accounts.Account, err error) {
+			fmt.Fprintf(a.stderr, "rotor: warning: account %s: its linked Codex CLI login %s: %v\n", acct.Label, acct.CodexAuthFile, err)
+		},
 		Flag: func(id, reason string) error {
 			_, err := st.Flag(id, reason, false)
 			return err

@@ -225,12 +225,18 @@ type codexLogin struct {
 // account id is only in the JWT claims unless accountID is set.
 func writeCodexAuth(t *testing.T, path, email, chatgptAccountID, plan, accountID, tag string) codexLogin {
 	t.Helper()
+	return writeCodexAuthExp(t, path, email, chatgptAccountID, plan, accountID, tag, time.Now().Add(10*24*time.Hour))
+}
+
+// writeCodexAuthExp is writeCodexAuth with the access token expiring at exp.
+func writeCodexAuthExp(t *testing.T, path, email, chatgptAccountID, plan, accountID, tag string, exp time.Time) codexLogin {
+	t.Helper()
 	auth := map[string]any{"chatgpt_account_id": chatgptAccountID, "chatgpt_plan_type": plan}
 	l := codexLogin{
 		idToken: makeJWT(t, map[string]any{"email": email, "https://api.openai.com/auth": auth,
 			"exp": time.Now().Add(time.Hour).Unix()}, "id-sig-"+tag),
 		accessToken: makeJWT(t, map[string]any{"https://api.openai.com/auth": auth,
-			"exp": time.Now().Add(10 * 24 * time.Hour).Unix()}, "access-sig-"+tag),
+			"exp": exp.Unix()}, "access-sig-"+tag),
 		refreshToken: "rt_" + tag + "_refresh_secret",
 	}
 	tokens := map[string]any{"id_token": l.idToken, "access_token": l.accessToken, "refresh_token": l.refreshToken}
@@ -248,4 +254,24 @@ func writeCodexAuth(t *testing.T, path, email, chatgptAccountID, plan, accountID
 		t.Fatal(err)
 	}
 	return l
+}
+
+// codexFixture copies testdata/jwt/codex_auth.json into a fresh Codex home
+// and returns its path. An import links the account to the file, and a
+// refresh writes back to it: tests must never link the repository's own.
+func codexFixture(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "jwt", "codex_auth.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "codex-home")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "auth.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -43,6 +43,23 @@ func raceBuildRotor(t *testing.T) string {
 	return bin
 }
 
+// startFakes runs a fake upstream and a fake authorization server for the
+// test's lifetime.
+func startFakes(t *testing.T) (*fakeupstream.Server, *fakeupstream.AuthServer) {
+	t.Helper()
+	up := fakeupstream.New("../../testdata")
+	if err := up.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	auth := fakeupstream.NewAuth()
+	if err := auth.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { auth.Close() })
+	return up, auth
+}
+
 // raceBuffer collects a child's output for the failure message.
 type raceBuffer struct {
 	mu sync.Mutex
@@ -189,18 +206,9 @@ func TestRefreshRaceAcrossProcesses(t *testing.T) {
 
 	// The fake upstream refuses the imported (old) access token with 401
 	// and accepts any other, i.e. the refreshed one.
-	up := fakeupstream.New("../../testdata")
-	if err := up.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	auth := fakeupstream.NewAuth()
-	if err := auth.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { auth.Close() })
+	up, auth := startFakes(t)
 
-	authFile := filepath.Join("..", "..", "testdata", "jwt", "codex_auth.json")
+	authFile := codexFixture(t)
 	var codex struct {
 		Tokens struct {
 			AccessToken  string `json:"access_token"`

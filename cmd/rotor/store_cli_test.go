@@ -61,10 +61,7 @@ func sameFiles(a, b map[string]string) bool {
 // STORAGE_UNREADABLE and "rotor fix", and no file of the home changed (no
 // rewrite, no backup rotation, no secret stored).
 func TestUnreadableStore(t *testing.T) {
-	fixture, err := filepath.Abs(filepath.Join("..", "..", "testdata", "jwt", "codex_auth.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixture := codexFixture(t)
 	commands := []struct {
 		stdin string
 		args  []string
