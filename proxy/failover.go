@@ -364,6 +364,7 @@ func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
 		spec.Type, spec.Category = rerr.TypeUsageLimit, rerr.CategoryRateLimit
 		if ref.AllRateLimited {
 			spec.Status = 429
+			setQuotaHeaders(&c.ctx.Response.Header, now, ref.SoonestQuota)
 			spec.Message = fmt.Sprintf("every account has reached its usage limit; the first one resets at %s", ref.ResetAt.UTC().Format(time.RFC3339))
 		} else {
 			spec.Message = "the accounts tried have reached their usage limit; try again, or run \"rotor rotation status\""

@@ -77,3 +77,31 @@ func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
 	}
 	return q
 }
+
+// setQuotaHeaders writes q back as the x-codex-* headers parseQuota reads,
+// as the Codex backend sends them, so that a client such as Codex CLI can
+// show its own usage-limit banner for the account rotor waits on.
+func setQuotaHeaders(h *fasthttp.ResponseHeader, now time.Time, q *rotation.Quota) {
+	if q == nil {
+		return
+	}
+	for _, w := range []struct {
+		win   *rotation.Window
+		names *windowHeaders
+	}{{q.Primary, &primaryHeaders}, {q.Secondary, &secondaryHeaders}} {
+		if w.win == nil {
+			continue
+		}
+		h.Set(w.names.used, strconv.FormatFloat(w.win.UsedPercent, 'f', -1, 64))
+		if w.win.WindowMinutes > 0 {
+			h.Set(w.names.minutes, strconv.Itoa(w.win.WindowMinutes))
+		}
+		if !w.win.ResetsAt.IsZero() {
+			h.Set(w.names.resetAt, strconv.FormatInt(w.win.ResetsAt.Unix(), 10))
+			h.Set(w.names.resetAfter, strconv.FormatInt(max(int64(w.win.ResetsAt.Sub(now).Seconds()), 0), 10))
+		}
+	}
+	if q.PlanType != "" {
+		h.Set("x-codex-plan-type", q.PlanType)
+	}
+}

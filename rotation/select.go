@@ -162,6 +162,10 @@ type Refusal struct {
 	RetryAfter time.Duration
 	// ResetAt is the instant of RetryAfter.
 	ResetAt time.Time
+	// SoonestQuota is the last quota snapshot of the account that comes
+	// back at ResetAt, nil when none was seen: a client that reads the
+	// x-codex-* headers can then show real numbers.
+	SoonestQuota *Quota
 }
 
 // skipReason says why a cannot serve now, "" when it can. Callers hold rt.mu.
@@ -303,7 +307,11 @@ func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {
 			limited++
 		}
 		if _, until := e.st.Availability(now); !until.IsZero() && (ref.ResetAt.IsZero() || until.Before(ref.ResetAt)) {
-			ref.ResetAt = until
+			ref.ResetAt, ref.SoonestQuota = until, nil
+			if q := e.st.Quota; q != nil {
+				cp := *q
+				ref.SoonestQuota = &cp
+			}
 		}
 	}
 	ref.AllRateLimited = live > 0 && limited == live
