@@ -381,3 +381,20 @@ func sseTypes(r io.Reader) ([]string, error) {
 		}
 	}
 }
+
+// Every spelling of the session header a client uses keys the same
+// conversation: newer Codex CLIs send session-id.
+func TestAffinityKeyFromEverySessionHeader(t *testing.T) {
+	want := ""
+	for _, name := range []string{"session_id", "session-id", "conversation_id"} {
+		var h fasthttp.RequestHeader
+		h.Set(name, "conv-1")
+		k := affinityKey(&h, []byte(`{"prompt_cache_key":"other"}`))
+		if want == "" {
+			want = k
+		}
+		if k != want {
+			t.Errorf("%s keys another conversation than session_id", name)
+		}
+	}
+}

@@ -473,16 +473,19 @@ const (
 	codeClientClosed   = "client_closed"
 )
 
-// affinityKey is the conversation a request belongs to: the session_id or
-// conversation_id header, else the body's prompt_cache_key, else its
-// previous_response_id. It is a fixed-size digest, so a client cannot make
-// rotor hold megabytes of keys for the affinity's lifetime.
+// sessionHeaders name a client's conversation, in the order trusted.
+// Newer Codex CLIs spell it session-id on the wire.
+var sessionHeaders = []string{"session_id", "session-id", "conversation_id"}
+
+// affinityKey is the conversation a request belongs to: a session header,
+// else the body's prompt_cache_key, else its previous_response_id. It is a
+// fixed-size digest, so a client cannot make rotor hold megabytes of keys
+// for the affinity's lifetime.
 func affinityKey(h *fasthttp.RequestHeader, body []byte) string {
-	if v := h.Peek("session_id"); len(v) > 0 {
-		return digestKey('s', v)
-	}
-	if v := h.Peek("conversation_id"); len(v) > 0 {
-		return digestKey('s', v)
+	for _, name := range sessionHeaders {
+		if v := h.Peek(name); len(v) > 0 {
+			return digestKey('s', v)
+		}
 	}
 	if len(body) == 0 {
 		return ""
