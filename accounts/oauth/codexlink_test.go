@@ -6,11 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
@@ -229,5 +231,19 @@ func TestLinkedFileOfAnotherLoginIsLeftAlone(t *testing.T) {
 	}
 	if len(linkErrs) == 0 || !errors.Is(linkErrs[0], os.ErrNotExist) && linkErrs[0] == nil {
 		t.Errorf("a missing linked file was not reported: %v", linkErrs)
+	}
+}
+
+// The fake token endpoint enforces single use as the real one does: a spent
+// refresh token gets 400 refresh_token_reused, which rotor takes as final.
+func TestSpentRefreshTokenIsReusedError(t *testing.T) {
+	e := newLinkEnv(t, false)
+	_, err := oauth.NewClient(e.auth.URL()).Refresh(refreshCtx(t), "rt-seed") // spent by newLinkEnv
+	if err == nil || !strings.Contains(errors.Unwrap(err).Error(), "400 refresh_token_reused") {
+		t.Fatalf("spending a refresh token twice: %v, want 400 refresh_token_reused", err)
+	}
+	var re *rerr.Error
+	if !errors.As(err, &re) || re.Retryable {
+		t.Errorf("a reused refresh token must not be retryable: %#v", err)
 	}
 }

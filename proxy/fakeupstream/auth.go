@@ -63,7 +63,7 @@ type AuthTokenRequest struct {
 //     checks the code, its redirect_uri and that BASE64URL(SHA256(
 //     code_verifier)) is the code_challenge of the authorize step; each code
 //     works once. grant_type=refresh_token accepts each refresh token once
-//     (single-use, like the real server): a spent one answers 401
+//     (single-use, like the real server): a spent one answers 400
 //     {"error":"refresh_token_reused"}, an unknown one 400
 //     {"error":"invalid_grant"}. Every success issues a new id token,
 //     access token (unsigned JWTs with the https://api.openai.com/auth claim,
@@ -502,7 +502,7 @@ func (a *AuthServer) grantRefresh(w http.ResponseWriter, r *http.Request, form u
 		return
 	case spent:
 		a.mu.Unlock()
-		oauthError(w, http.StatusUnauthorized, "refresh_token_reused", "this refresh token was already used; sign in again")
+		oauthError(w, http.StatusBadRequest, "refresh_token_reused", "this refresh token was already used; sign in again")
 		return
 	}
 	a.refresh[rt] = true
