@@ -223,3 +223,20 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 	}
 	b.ReportMetric(n, "streams")
 }
+
+// BenchmarkLargeBody is a long Codex session's request: a 2 MiB body,
+// not streamed back. b/op and the CPU profile show what rotor does per
+// byte of history (make bench-load measures it against a naive proxy).
+func BenchmarkLargeBody(b *testing.B) {
+	e := newBenchEnv(b)
+	body := `{"model":"gpt-5","stream":false,"input":"` + strings.Repeat("x", 2<<20) + `"}`
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		r := post(b, e.base+"/v1/responses", body, testKey)
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			b.Fatalf("status %d", r.StatusCode)
+		}
+	}
+}

@@ -67,7 +67,7 @@ func chatgptStage(c *call) ([]byte, shape, error) {
 // any other is edited in one pass over its top-level members, keeping
 // every byte of the members it does not touch as the client sent them.
 func chatgptBody(body []byte) (out []byte, assemble bool, err error) {
-	root := gjson.ParseBytes(body)
+	root := parseRoot(body)
 	if !root.IsObject() {
 		return nil, false, errNotObject
 	}

@@ -11,8 +11,10 @@ import (
 	"net/url"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -373,15 +375,16 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 				return
 			}
 			c.model = c.chat.Model
-		} else {
-			c.model = gjson.GetBytes(c.body, "model").String()
 		}
 	}
-	if !c.encoded {
-		c.affinityKey = affinityKey(&ctx.Request.Header, c.body)
-	} else {
-		c.affinityKey = affinityKey(&ctx.Request.Header, nil)
+	var f bodyFields
+	if o != opModels && !c.encoded {
+		f = readFields(c.body)
+		if o != opChat {
+			c.model = strings.Clone(f.model) // outlives the pooled body in logs
+		}
 	}
+	c.affinityKey = affinityKey(&ctx.Request.Header, f)
 	sel := s.deps.Selector
 	req := rotation.Request{AffinityKey: c.affinityKey}
 	for {
@@ -481,22 +484,63 @@ var sessionHeaders = []string{"session_id", "session-id", "conversation_id"}
 // else the body's prompt_cache_key, else its previous_response_id. It is a
 // fixed-size digest, so a client cannot make rotor hold megabytes of keys
 // for the affinity's lifetime.
-func affinityKey(h *fasthttp.RequestHeader, body []byte) string {
+func affinityKey(h *fasthttp.RequestHeader, f bodyFields) string {
 	for _, name := range sessionHeaders {
 		if v := h.Peek(name); len(v) > 0 {
 			return digestKey('s', v)
 		}
 	}
-	if len(body) == 0 {
-		return ""
+	if f.promptCacheKey != "" {
+		return digestKey('p', []byte(f.promptCacheKey))
 	}
-	if v := gjson.GetBytes(body, "prompt_cache_key"); v.Type == gjson.String && v.Str != "" {
-		return digestKey('p', []byte(v.Str))
-	}
-	if v := gjson.GetBytes(body, "previous_response_id"); v.Type == gjson.String && v.Str != "" {
-		return digestKey('r', []byte(v.Str))
+	if f.previousResponseID != "" {
+		return digestKey('r', []byte(f.previousResponseID))
 	}
 	return ""
+}
+
+// bodyFields are the top-level members of a Responses request that rotor
+// itself reads. They are views into the body: valid only while it is.
+type bodyFields struct {
+	model, promptCacheKey, previousResponseID string
+}
+
+// readFields reads bodyFields in one pass over the body's top-level
+// members. A long session's body is megabytes of history, and looking up
+// each field on its own would scan all of it again for every absent one.
+// Nested values are skipped over, not parsed; of repeated keys the first
+// counts, as with gjson.Get.
+func readFields(body []byte) bodyFields {
+	var f bodyFields
+	parseRoot(body).ForEach(func(k, v gjson.Result) bool {
+		if v.Type != gjson.String {
+			return true
+		}
+		var dst *string
+		switch k.Str {
+		case "model":
+			dst = &f.model
+		case "prompt_cache_key":
+			dst = &f.promptCacheKey
+		case "previous_response_id":
+			dst = &f.previousResponseID
+		}
+		if dst != nil && *dst == "" {
+			*dst = v.Str
+		}
+		return true
+	})
+	return f
+}
+
+// parseRoot is gjson.ParseBytes without its copy of the body (megabytes
+// for a long session). The Result and every string taken from it share the
+// body's memory: callers use them while the body lives, or clone them.
+func parseRoot(body []byte) gjson.Result {
+	if len(body) == 0 {
+		return gjson.Result{}
+	}
+	return gjson.Parse(unsafe.String(&body[0], len(body)))
 }
 
 // digestKey is kind followed by the SHA-256 of v.
