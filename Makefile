@@ -5,7 +5,7 @@ BIN     := bin/rotor
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build test lint bench soak demo e2e clean
+.PHONY: build test lint bench bench-load soak demo e2e clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rotor
@@ -26,6 +26,12 @@ lint:
 # Speed and memory targets live here, not in timed unit tests.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./rotation/ ./proxy/ ./proxy/chat/
+
+# rotor side by side with a naive httputil.ReverseProxy and with no proxy,
+# on loopback, interleaved; prints a markdown table (docs/PERFORMANCE.md).
+# BENCH_ARGS="-rounds 3" for steadier numbers, "-only streams" for a part.
+bench-load: build
+	$(GO) run ./cmd/rotor-bench -rotor $(BIN) $(BENCH_ARGS)
 
 # A real serve under load and random faults for a bounded time (SOAK=10m
 # for longer); fails when a request is lost, a healthy account is blamed,

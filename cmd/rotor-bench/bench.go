@@ -1,0 +1,420 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type config struct {
+	rotor    string
+	duration time.Duration
+	rounds   int
+	only     string
+}
+
+// clientKey is rotor's client key for the run (ROTOR_CLIENT_KEY).
+const clientKey = "rotor-bench-client-key-0123456789abcdef"
+
+// peer is one way to reach the upstream: directly, or through a proxy
+// process whose CPU and memory are measured.
+type peer struct {
+	name string
+	base string // ends in /v1
+	pid  int    // 0: no process of its own (direct)
+}
+
+// scenario is one load shape.
+type scenario struct {
+	name    string
+	conc    int // closed-loop workers, or concurrent streams
+	body    []byte
+	streams bool
+	events  int
+	gapMS   int
+}
+
+// result is what one scenario measured through one peer.
+type result struct {
+	requests  int
+	errors    int
+	rps       float64
+	p50, p99  time.Duration // request latency, or per-event latency for streams
+	ttfb50    time.Duration
+	cpu       time.Duration // the proxy process's CPU time over the scenario
+	peakRSSMB float64
+}
+
+func scenarios() []scenario {
+	small := []byte(`{"model":"gpt-5","input":"hi","stream":false}`)
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	large := append(append([]byte(`{"model":"gpt-5","stream":false,"input":"`), big...), `"}`...)
+	return []scenario{
+		{name: "non-stream C=1", conc: 1, body: small},
+		{name: "non-stream C=64", conc: 64, body: small},
+		{name: "2 MiB bodies C=8", conc: 8, body: large},
+		{name: "100 streams x 20 events", conc: 100, streams: true, events: 20, gapMS: 50},
+		{name: "1000 streams x 20 events", conc: 1000, streams: true, events: 20, gapMS: 50},
+	}
+}
+
+func run(ctx context.Context, cfg config, out, log io.Writer) error {
+	up, err := startUpstream()
+	if err != nil {
+		return err
+	}
+	defer up.close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	naive, err := startProc(ctx, exec.Command(self, "-peer", up.url), "")
+	if err != nil {
+		return fmt.Errorf("naive proxy: %w", err)
+	}
+	defer naive.kill()
+	rotor, err := startRotor(ctx, cfg.rotor, up.url)
+	if err != nil {
+		return fmt.Errorf("rotor: %w", err)
+	}
+	defer rotor.kill()
+	peers := []peer{
+		{name: "direct", base: up.url + "/v1"},
+		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
+		{name: "rotor", base: rotor.line, pid: rotor.cmd.Process.Pid},
+	}
+	fmt.Fprintf(out, "| scenario | measure | direct | naive | rotor | rotor vs naive |\n|---|---|---|---|---|---|\n")
+	for _, sc := range scenarios() {
+		if cfg.only != "" && !strings.Contains(sc.name, cfg.only) {
+			continue
+		}
+		best := make([]*result, len(peers))
+		for round := range max(cfg.rounds, 1) {
+			for i, p := range peers { // interleaved: each peer once per round
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				fmt.Fprintf(log, "rotor-bench: %s through %s (round %d)\n", sc.name, p.name, round+1)
+				r := measure(ctx, sc, p, cfg.duration)
+				if best[i] == nil || better(sc, r, best[i]) {
+					best[i] = r
+				}
+			}
+		}
+		table(out, sc, best)
+	}
+	return nil
+}
+
+func better(sc scenario, a, b *result) bool {
+	if sc.streams {
+		return a.requests-a.errors > b.requests-b.errors || a.p99 < b.p99
+	}
+	return a.rps > b.rps
+}
+
+// measure runs sc through p once, with the proxy's peak RSS reset first.
+func measure(ctx context.Context, sc scenario, p peer, d time.Duration) *result {
+	resetPeak(p.pid)
+	cpu0 := cpuTime(p.pid)
+	tr := &http.Transport{MaxIdleConnsPerHost: sc.conc + 16, DisableCompression: true, IdleConnTimeout: 30 * time.Second}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	var r *result
+	if sc.streams {
+		r = streams(ctx, client, sc, p)
+	} else {
+		r = closedLoop(ctx, client, sc, p, d)
+	}
+	r.cpu = cpuTime(p.pid) - cpu0
+	r.peakRSSMB = peakRSS(p.pid)
+	return r
+}
+
+func newRequest(ctx context.Context, p peer, body []byte) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, "POST", p.base+"/responses", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+clientKey)
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// closedLoop keeps sc.conc requests in flight for d and times each.
+func closedLoop(ctx context.Context, client *http.Client, sc scenario, p peer, d time.Duration) *result {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range sc.conc {
+		wg.Go(func() {
+			var mine []time.Duration
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				resp, err := client.Do(newRequest(context.Background(), p, sc.body))
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						err = errors.New(resp.Status)
+					}
+				}
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	r := &result{requests: len(lat) + int(errs.Load()), errors: int(errs.Load()), rps: float64(len(lat)) / el.Seconds()}
+	r.p50, r.p99 = pct(lat, 50), pct(lat, 99)
+	return r
+}
+
+// streams opens sc.conc streams at once and times every event from the
+// moment the upstream wrote it.
+func streams(ctx context.Context, client *http.Client, sc scenario, p peer) *result {
+	body := []byte(`{"model":"gpt-5","input":"hi","stream":true}`)
+	var mu sync.Mutex
+	var lat, ttfb []time.Duration
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	for range sc.conc {
+		wg.Go(func() {
+			req := newRequest(ctx, p, body)
+			req.Header.Set("x-bench-events", strconv.Itoa(sc.events))
+			req.Header.Set("x-bench-gap-ms", strconv.Itoa(sc.gapMS))
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				errs.Add(1)
+				return
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			var mine []time.Duration
+			first, done := time.Duration(0), false
+			for {
+				line, err := br.ReadSlice('\n')
+				if first == 0 && len(line) > 0 {
+					first = time.Since(t0)
+				}
+				if i := bytes.Index(line, []byte(`"t":`)); i >= 0 {
+					j := i + 4
+					for j < len(line) && line[j] >= '0' && line[j] <= '9' {
+						j++
+					}
+					if ns, perr := strconv.ParseInt(string(line[i+4:j]), 10, 64); perr == nil {
+						mine = append(mine, time.Duration(time.Now().UnixNano()-ns))
+					}
+				}
+				if bytes.Contains(line, []byte(`"type":"response.completed"`)) {
+					done = true
+				}
+				if err != nil {
+					break
+				}
+			}
+			if resp.StatusCode != 200 || !done || len(mine) != sc.events {
+				errs.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			ttfb = append(ttfb, first)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	r := &result{requests: sc.conc, errors: int(errs.Load())}
+	r.p50, r.p99, r.ttfb50 = pct(lat, 50), pct(lat, 99), pct(ttfb, 50)
+	return r
+}
+
+func pct(xs []time.Duration, p int) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[min(len(xs)*p/100, len(xs)-1)]
+}
+
+// table prints sc's rows: each measure for each peer, and rotor's ratio
+// to the naive proxy (above 1 is better for rotor on throughput rows,
+// below 1 on the others).
+func table(w io.Writer, sc scenario, rs []*result) {
+	d, n, r := rs[0], rs[1], rs[2]
+	ms := func(x time.Duration) string { return fmt.Sprintf("%.2f ms", float64(x.Microseconds())/1000) }
+	ratio := func(a, b float64) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	row := func(measure, dv, nv, rv, ratio string) {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", sc.name, measure, dv, nv, rv, ratio)
+	}
+	perReq := func(x *result) string {
+		if x.requests == 0 {
+			return "-"
+		}
+		return ms(x.cpu / time.Duration(x.requests))
+	}
+	if !sc.streams {
+		row("throughput", fmt.Sprintf("%.0f/s", d.rps), fmt.Sprintf("%.0f/s (%.2fx direct)", n.rps, n.rps/d.rps),
+			fmt.Sprintf("%.0f/s (%.2fx direct)", r.rps, r.rps/d.rps), ratio(r.rps, n.rps))
+		row("added latency p50", "-", ms(n.p50-d.p50), ms(r.p50-d.p50), ratio(float64(r.p50-d.p50), float64(n.p50-d.p50)))
+		row("latency p99", ms(d.p99), ms(n.p99), ms(r.p99), ratio(float64(r.p99), float64(n.p99)))
+		row("proxy CPU per request", "-", perReq(n), perReq(r), ratio(float64(r.cpu)/float64(max(r.requests, 1)), float64(n.cpu)/float64(max(n.requests, 1))))
+	} else {
+		ok := func(x *result) string { return fmt.Sprintf("%d/%d", x.requests-x.errors, x.requests) }
+		row("streams complete", ok(d), ok(n), ok(r), "-")
+		row("added event latency p50", "-", ms(n.p50-d.p50), ms(r.p50-d.p50), "-")
+		row("added event latency p99", "-", ms(n.p99-d.p99), ms(r.p99-d.p99), ratio(float64(r.p99-d.p99), float64(n.p99-d.p99)))
+		row("time to first byte p50", ms(d.ttfb50), ms(n.ttfb50), ms(r.ttfb50), ratio(float64(r.ttfb50), float64(n.ttfb50)))
+		row("proxy CPU per stream", "-", perReq(n), perReq(r), ratio(float64(r.cpu), float64(n.cpu)))
+	}
+	row("proxy peak RSS", "-", fmt.Sprintf("%.0f MB", n.peakRSSMB), fmt.Sprintf("%.0f MB", r.peakRSSMB), ratio(r.peakRSSMB, n.peakRSSMB))
+	for _, x := range []struct {
+		name string
+		r    *result
+	}{{"direct", d}, {"naive", n}, {"rotor", r}} {
+		if x.r.errors > 0 {
+			fmt.Fprintf(w, "| %s | errors through %s | | | %d of %d | |\n", sc.name, x.name, x.r.errors, x.r.requests)
+		}
+	}
+}
+
+// proc is a child process that printed its address as a first line.
+type proc struct {
+	cmd  *exec.Cmd
+	line string
+}
+
+func (p *proc) kill() {
+	p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// startProc starts cmd and waits, at most 20 s, for a stdout line with
+// prefix; the rest of that line is the proc's line.
+func startProc(ctx context.Context, cmd *exec.Cmd, prefix string) (*proc, error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+				select {
+				case lines <- strings.TrimSpace(rest):
+				default:
+				}
+			}
+		}
+	}()
+	p := &proc{cmd: cmd}
+	select {
+	case p.line = <-lines:
+		return p, nil
+	case <-time.After(20 * time.Second):
+	case <-ctx.Done():
+	}
+	p.kill()
+	return nil, errors.New("did not start within 20 s")
+}
+
+// startRotor starts `rotor serve` on a fresh home with one API-key account
+// whose base URL is the upstream.
+func startRotor(ctx context.Context, bin, upstream string) (*proc, error) {
+	home, err := os.MkdirTemp("", "rotor-bench-")
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(), "ROTOR_HOME="+filepath.Join(home, "home"), "ROTOR_SECRETS=file",
+		"ROTOR_OPENAI_BASE_URL="+upstream+"/v1", "ROTOR_CLIENT_KEY="+clientKey)
+	add := exec.CommandContext(ctx, bin, "add-key", "--label", "bench")
+	add.Env, add.Stdin = env, strings.NewReader("sk-bench-0123456789")
+	if out, err := add.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("add-key: %v: %s", err, out)
+	}
+	cmd := exec.Command(bin, "serve", "--port", "0", "--log-level", "error")
+	cmd.Env = env
+	return startProc(ctx, cmd, "rotor proxy listening on ")
+}
+
+// cpuTime is the user+system CPU time of pid so far (0 for pid 0).
+func cpuTime(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// resetPeak restarts VmHWM counting for pid (clear_refs 5).
+func resetPeak(pid int) {
+	if pid != 0 {
+		os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+	}
+}
+
+// peakRSS is pid's VmHWM in MB.
+func peakRSS(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}

@@ -1,0 +1,48 @@
+// Command rotor-bench measures rotor side by side with a naive
+// httputil.ReverseProxy and with no proxy at all (make bench-load), and
+// prints a markdown table of ratios (docs/PERFORMANCE.md explains it).
+//
+// One run starts, on loopback only: an upstream that speaks the Responses
+// wire format (in this process), the naive proxy (this binary, as a child
+// process with -peer), and `rotor serve` with one API-key account pointing
+// at the upstream. Every scenario then runs against each peer in turn,
+// interleaved, so that a machine slowing down mid-run hurts them alike.
+// Per-event latency comes from the send time the upstream writes into each
+// SSE event; CPU time and peak RSS of the proxy processes from /proc.
+// Every scenario is bounded in time and the run stops by itself.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.rotor, "rotor", "bin/rotor", "the rotor binary")
+	flag.DurationVar(&cfg.duration, "duration", 4*time.Second, "how long each closed-loop scenario runs per peer")
+	flag.IntVar(&cfg.rounds, "rounds", 1, "how many times each scenario runs per peer (the best run counts)")
+	flag.StringVar(&cfg.only, "only", "", "run only scenarios whose name contains this")
+	peer := flag.String("peer", "", "internal: run as the naive proxy in front of this upstream URL")
+	flag.Parse()
+	if *peer != "" {
+		if err := runNaive(*peer); err != nil {
+			fmt.Fprintln(os.Stderr, "rotor-bench peer:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute) // stops by itself, whatever happens
+	defer cancel()
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rotor-bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// upstream answers POST /v1/responses like the OpenAI API: one JSON object,
+// or with "stream": true an SSE stream of events header x-bench-events
+// deltas, x-bench-gap-ms apart. Each delta carries "t", the UnixNano at
+// which it was written, for the client to compute per-event latency.
+type upstream struct {
+	srv *http.Server
+	url string
+}
+
+var completed = []byte(`{"id":"resp_bench","object":"response","status":"completed","model":"gpt-5","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}],"usage":{"input_tokens":10,"output_tokens":1,"total_tokens":11}}`)
+
+func startUpstream() (*upstream, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	u := &upstream{url: "http://" + ln.Addr().String()}
+	u.srv = &http.Server{Handler: http.HandlerFunc(u.serve), ReadHeaderTimeout: 10 * time.Second}
+	go u.srv.Serve(ln)
+	return u, nil
+}
+
+func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	// The body is read whole, as the real API does before answering.
+	var head [512]byte
+	n, _ := io.ReadFull(r.Body, head[:])
+	io.Copy(io.Discard, r.Body)
+	if !bytes.Contains(head[:n], []byte(`"stream":true`)) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(completed)
+		return
+	}
+	events, _ := strconv.Atoi(r.Header.Get("x-bench-events"))
+	gap, _ := strconv.Atoi(r.Header.Get("x-bench-gap-ms"))
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_bench\",\"status\":\"in_progress\"}}\n\n")
+	fl.Flush()
+	for i := range events {
+		if i > 0 && gap > 0 {
+			select {
+			case <-time.After(time.Duration(gap) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\",\"t\":%d}\n\n", time.Now().UnixNano())
+		fl.Flush()
+	}
+	fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":%s}\n\n", completed)
+}
+
+func (u *upstream) close() { u.srv.Close() }
