@@ -398,3 +398,28 @@ func TestAffinityKeyFromEverySessionHeader(t *testing.T) {
 		}
 	}
 }
+
+// A conversation's prompt_cache_key keeps it on one account, on the
+// Responses route and on the Chat Completions route alike, while other
+// traffic still spreads.
+func TestPromptCacheKeyKeepsAConversationOnOneAccount(t *testing.T) {
+	for _, route := range []struct{ path, body string }{
+		{"/v1/responses", `{"model":"gpt-5","stream":false,"input":"hi","prompt_cache_key":"conv-9"}`},
+		{"/v1/chat/completions", `{"model":"gpt-5","messages":[{"role":"user","content":"hi"}],"prompt_cache_key":"conv-9"}`},
+	} {
+		t.Run(route.path, func(t *testing.T) {
+			e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+			for range 6 {
+				resp := e.do("POST", route.path, route.body)
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+			if c := e.counts("k1", "k2"); c[0]*c[1] != 0 || c[0]+c[1] != 6 {
+				t.Errorf("one conversation went to both accounts: %v", c)
+			}
+		})
+	}
+}

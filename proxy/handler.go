@@ -378,11 +378,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 		}
 	}
 	var f bodyFields
-	if o != opModels && !c.encoded {
+	switch {
+	case o == opChat:
+		f.promptCacheKey = c.chat.PromptCacheKey // read by chat.Parse's own pass
+	case o != opModels && !c.encoded:
 		f = readFields(c.body)
-		if o != opChat {
-			c.model = strings.Clone(f.model) // outlives the pooled body in logs
-		}
+		c.model = strings.Clone(f.model) // outlives the pooled body in logs
 	}
 	c.affinityKey = affinityKey(&ctx.Request.Header, f)
 	sel := s.deps.Selector

@@ -212,11 +212,12 @@ func TestParse(t *testing.T) {
 		`{"model":"m","messages":[]}`: {Model: "m"},
 		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`:          {Model: "m", Stream: true, IncludeUsage: true},
 		`{"n":1,"logprobs":false,"top_logprobs":0,"audio":null,"modalities":["text"],"messages":[]}`: {},
-		`{"n":2,"messages":[]}`:                         {Unsupported: "n"},
-		`{"logprobs":true,"messages":[]}`:               {Unsupported: "logprobs"},
-		`{"top_logprobs":3,"messages":[]}`:              {Unsupported: "top_logprobs"},
-		`{"audio":{"voice":"alloy"},"messages":[]}`:     {Unsupported: "audio"},
-		`{"modalities":["text","audio"],"messages":[]}`: {Unsupported: "modalities"},
+		`{"n":2,"messages":[]}`:                                                  {Unsupported: "n"},
+		`{"logprobs":true,"messages":[]}`:                                        {Unsupported: "logprobs"},
+		`{"top_logprobs":3,"messages":[]}`:                                       {Unsupported: "top_logprobs"},
+		`{"audio":{"voice":"alloy"},"messages":[]}`:                              {Unsupported: "audio"},
+		`{"modalities":["text","audio"],"messages":[]}`:                          {Unsupported: "modalities"},
+		`{"prompt_cache_key":"conv-1","messages":[],"prompt_cache_key":"later"}`: {PromptCacheKey: "conv-1"},
 	} {
 		got, err := Parse([]byte(body))
 		if err != nil || got != want {

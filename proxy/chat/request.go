@@ -20,6 +20,9 @@ type Request struct {
 	Model        string
 	Stream       bool // "stream": true
 	IncludeUsage bool // "stream_options": {"include_usage": true}
+	// PromptCacheKey is "prompt_cache_key", which keeps a conversation on
+	// one account (SPEC §4 affinity).
+	PromptCacheKey string
 	// Unsupported names the first parameter a ChatGPT account cannot
 	// serve ("n" > 1, "logprobs", "top_logprobs", "audio", "modalities"
 	// other than text), "" when there is none.
@@ -49,6 +52,10 @@ func Parse(body []byte) (Request, error) {
 		switch k.Str {
 		case "model":
 			r.Model = v.String()
+		case "prompt_cache_key":
+			if r.PromptCacheKey == "" && v.Type == gjson.String {
+				r.PromptCacheKey = v.Str
+			}
 		case "messages":
 			hasMessages = v.IsArray()
 		case "stream":
