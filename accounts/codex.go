@@ -1,6 +1,8 @@
 package accounts
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,9 +67,13 @@ func ReadCodexAuth(path string) (CodexTokens, error) {
 // while the file still holds the refresh token spent: a file Codex has
 // refreshed meanwhile, or that now holds another login, is left alone, and
 // written reports false. The file keeps its mode and every other field
-// byte for byte, and is replaced atomically.
+// byte for byte, and is replaced atomically. A file that is gone holds no
+// token either: it is not recreated, and that is not an error.
 func WriteCodexTokens(path, spent string, t CodexTokens, now time.Time) (written bool, err error) {
 	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
