@@ -119,11 +119,16 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 	return nil
 }
 
+// better reports whether run a beats run b: more streams completed, then
+// the lower event p99; for closed loops the higher throughput.
 func better(sc scenario, a, b *result) bool {
-	if sc.streams {
-		return a.requests-a.errors > b.requests-b.errors || a.p99 < b.p99
+	if !sc.streams {
+		return a.rps > b.rps
 	}
-	return a.rps > b.rps
+	if ok, okB := a.requests-a.errors, b.requests-b.errors; ok != okB {
+		return ok > okB
+	}
+	return a.p99 < b.p99
 }
 
 // measure runs sc through p once, with the proxy's peak RSS reset first.

@@ -60,20 +60,19 @@ func cmdAddKey(a *app, args []string) error {
 // where other users could read them.
 func (a *app) readKey() (string, error) {
 	var line string
+	var err error
 	if a.stdinTTY && a.readHidden != nil {
 		fmt.Fprint(a.stderr, "Paste the API key (it is not shown): ")
-		var err error
 		line, err = a.readHidden()
 		fmt.Fprintln(a.stderr) // the newline the terminal did not echo
-		if err != nil {
-			return "", rerr.Validation("key", "cannot read the API key from the terminal: "+err.Error())
-		}
 	} else {
-		var err error
 		line, err = bufio.NewReader(io.LimitReader(a.stdin, 64<<10)).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return "", rerr.Validation("key", "cannot read the API key from stdin: "+err.Error())
+		if err == io.EOF {
+			err = nil // a key piped without a newline
 		}
+	}
+	if err != nil {
+		return "", rerr.Validation("key", "cannot read the API key: "+err.Error())
 	}
 	key := strings.TrimSpace(line)
 	switch {

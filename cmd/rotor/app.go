@@ -264,10 +264,10 @@ func cmdHelp(a *app, args []string) error {
 		}
 		return rerr.Validation("command", msg)
 	}
-	// The command's own flag set knows its flags: ask it for help.
-	sub := &app{stdin: a.stdin, stdout: a.stdout, stderr: a.stderr, getenv: a.getenv}
-	sub.run([]string{name, "--help"})
-	return nil
+	// The command's own flag set knows its flags: ask it for help. It
+	// answers flag.ErrHelp, which run turns into exit 0.
+	a.name = name
+	return commands[name].run(a, []string{"--help"})
 }
 
 func orDash(s string) string {
