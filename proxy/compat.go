@@ -43,7 +43,7 @@ const (
 func chatgptStage(c *call) ([]byte, shape, error) {
 	switch c.op {
 	case opResponses:
-		body, asm, err := chatgptBody(c.body)
+		body, asm, err := chatgptBody(c.body, &c.scan)
 		if asm {
 			return body, shapeResponse, err
 		}
@@ -66,42 +66,39 @@ func chatgptStage(c *call) ([]byte, shape, error) {
 // body that needs nothing (Codex CLI's) is returned as is, byte for byte;
 // any other is edited in one pass over its top-level members, keeping
 // every byte of the members it does not touch as the client sent them.
-func chatgptBody(body []byte) (out []byte, assemble bool, err error) {
-	root := parseRoot(body)
-	if !root.IsObject() {
+func chatgptBody(body []byte, s *scanned) (out []byte, assemble bool, err error) {
+	if !s.object {
 		return nil, false, errNotObject
 	}
-	var ms []member
 	var stream, store, instr bool
 	changed := false
-	root.ForEach(func(k, v gjson.Result) bool {
-		m := member{start: k.Index, valStart: v.Index, end: v.Index + len(v.Raw)}
-		switch {
-		case k.Str == "stream":
-			stream = v.Type == gjson.True
+	for i := range s.members {
+		m := &s.members[i]
+		m.repl, m.drop = nil, false
+		switch k, v := m.key(body), body[m.valStart:m.end]; {
+		case k == "stream":
+			stream = string(v) == "true"
 			if !stream {
 				m.repl = []byte("true")
 			}
-		case k.Str == "store":
+		case k == "store":
 			store = true
-			if v.Type != gjson.False {
+			if string(v) != "false" {
 				m.repl = []byte("false")
 			}
-		case k.Str == "instructions":
+		case k == "instructions":
 			// "instructions":null is as missing: the backend wants a string.
 			instr = true
-			if v.Type == gjson.Null {
+			if string(v) == "null" {
 				m.repl = []byte(`""`)
 			}
-		case slices.Contains(DroppedForChatGPT, k.Str):
+		case slices.Contains(DroppedForChatGPT, k):
 			m.drop = true
 		}
 		changed = changed || m.drop || m.repl != nil
-		ms = append(ms, m)
-		return true
-	})
+	}
 	var add []byte
-	if !stream && !slices.ContainsFunc(ms, func(m member) bool { return m.repl != nil && string(m.repl) == "true" }) {
+	if !stream && !slices.ContainsFunc(s.members, func(m member) bool { return m.repl != nil && string(m.repl) == "true" }) {
 		add = append(add, `"stream":true,`...)
 	}
 	if !store {
@@ -113,24 +110,16 @@ func chatgptBody(body []byte) (out []byte, assemble bool, err error) {
 	if !changed && len(add) == 0 {
 		return body, false, nil
 	}
-	return splice(body, root.Index, ms, bytes.TrimSuffix(add, []byte(","))), !stream, nil
+	return splice(body, s.members, bytes.TrimSuffix(add, []byte(","))), !stream, nil
 }
 
 var errNotObject = errors.New("request body is not a JSON object")
 
-// member is one top-level member of a JSON object: its key starts at
-// start, its value spans valStart to end. repl replaces the value; drop
-// removes the member.
-type member struct {
-	start, valStart, end int
-	repl                 []byte
-	drop                 bool
-}
-
 // splice writes the object at obj in body with its members edited and add
 // (encoded members, comma-separated) appended. Between two members that
 // stay neighbours, and around the object, the client's bytes are kept.
-func splice(body []byte, obj int, ms []member, add []byte) []byte {
+func splice(body []byte, ms []member, add []byte) []byte {
+	obj := bytes.IndexByte(body, '{')
 	out := make([]byte, 0, len(body)+len(add)+16)
 	out = append(out, '{')
 	last, wrote := obj+1, false // last: end of the last member written, or the object's start

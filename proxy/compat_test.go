@@ -259,7 +259,7 @@ func TestCompatAPIKeyAccountIsNotRewritten(t *testing.T) {
 
 func TestChatGPTBody(t *testing.T) {
 	codex := []byte(`{"model":"gpt-5-codex","instructions":"x","input":[],"store":false,"stream":true}`)
-	out, assemble, err := chatgptBody(codex)
+	out, assemble, err := chatgptRewrite(codex)
 	if err != nil || assemble || &out[0] != &codex[0] || len(out) != len(codex) {
 		t.Errorf("a Codex body must be returned as is: assemble %v err %v out %s", assemble, err, out)
 	}
@@ -287,7 +287,7 @@ func TestChatGPTBody(t *testing.T) {
 				"tools": `[{"type":"function","name":"f","parameters":{"temperature":1}}]`, "metadata": `{"top_p":"x"}`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, assemble, err := chatgptBody([]byte(tc.in))
+			out, assemble, err := chatgptRewrite([]byte(tc.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +310,7 @@ func TestChatGPTBody(t *testing.T) {
 			if string(m["stream"]) != "true" || string(m["store"]) != "false" {
 				t.Errorf("stream %s store %s", m["stream"], m["store"])
 			}
-			if again, a2, _ := chatgptBody(out); !bytes.Equal(again, out) || a2 {
+			if again, a2, _ := chatgptRewrite(out); !bytes.Equal(again, out) || a2 {
 				t.Errorf("rewriting is not idempotent: %s -> %s", out, again)
 			}
 		})
@@ -325,12 +325,12 @@ func TestChatGPTBody(t *testing.T) {
 		`{}`:                         `{"stream":true,"store":false,"instructions":""}`,
 		"{\n  \"instructions\": null,\n  \"store\": true,\n  \"stream\": true\n}": "{\n  \"instructions\": \"\",\n  \"store\": false,\n  \"stream\": true\n}",
 	} {
-		if out, _, err := chatgptBody([]byte(in)); err != nil || string(out) != want {
-			t.Errorf("chatgptBody(%s)\n got %s\nwant %s (%v)", in, out, want, err)
+		if out, _, err := chatgptRewrite([]byte(in)); err != nil || string(out) != want {
+			t.Errorf("chatgptRewrite(%s)\n got %s\nwant %s (%v)", in, out, want, err)
 		}
 	}
 
-	if _, _, err := chatgptBody([]byte(`[1,2]`)); err == nil {
+	if _, _, err := chatgptRewrite([]byte(`[1,2]`)); err == nil {
 		t.Error("a JSON array was accepted as a request object")
 	}
 }

@@ -266,7 +266,7 @@ func TestAffinityKeysAreFixedSizeDigests(t *testing.T) {
 	var h fasthttp.RequestHeader
 	big := strings.Repeat("k", 1<<20)
 	for _, body := range []string{`{"prompt_cache_key":"` + big + `"}`, `{"previous_response_id":"` + big + `"}`} {
-		if k := affinityKey(&h, readFields([]byte(body))); len(k) != 33 {
+		if k := affinityKey(&h, fieldsOf([]byte(body))); len(k) != 33 {
 			t.Errorf("key of %d bytes", len(k))
 		}
 	}
@@ -389,7 +389,7 @@ func TestAffinityKeyFromEverySessionHeader(t *testing.T) {
 	for _, name := range []string{"session_id", "session-id", "conversation_id"} {
 		var h fasthttp.RequestHeader
 		h.Set(name, "conv-1")
-		k := affinityKey(&h, readFields([]byte(`{"prompt_cache_key":"other"}`)))
+		k := affinityKey(&h, fieldsOf([]byte(`{"prompt_cache_key":"other"}`)))
 		if want == "" {
 			want = k
 		}

@@ -14,9 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -301,6 +299,8 @@ type call struct {
 	lastIndex   int
 
 	encoded bool // the body has a Content-Encoding: opaque to rotor
+	// scan is the body's one read (scan.go), unless it is encoded.
+	scan scanned
 
 	// chat is what a Chat Completions body asks for (op == opChat).
 	chat chat.Request
@@ -364,7 +364,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 		c.codexClient = ctx.QueryArgs().Has("client_version")
 	}
 	if o != opModels && !c.encoded {
-		if !gjson.ValidBytes(c.body) {
+		if !scanBody(c.body, &c.scan) {
 			s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not valid JSON"}, c)
 			return
 		}
@@ -382,7 +382,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 	case o == opChat:
 		f.promptCacheKey = c.chat.PromptCacheKey // read by chat.Parse's own pass
 	case o != opModels && !c.encoded:
-		f = readFields(c.body)
+		f = readFields(c.body, c.scan.members)
 		c.model = strings.Clone(f.model) // outlives the pooled body in logs
 	}
 	c.affinityKey = affinityKey(&ctx.Request.Header, f)
@@ -506,19 +506,13 @@ type bodyFields struct {
 	model, promptCacheKey, previousResponseID string
 }
 
-// readFields reads bodyFields in one pass over the body's top-level
-// members. A long session's body is megabytes of history, and looking up
-// each field on its own would scan all of it again for every absent one.
-// Nested values are skipped over, not parsed; of repeated keys the first
-// counts, as with gjson.Get.
-func readFields(body []byte) bodyFields {
+// readFields reads bodyFields from a body's top-level members. Of
+// repeated keys the first counts, as with gjson.Get.
+func readFields(body []byte, ms []member) bodyFields {
 	var f bodyFields
-	parseRoot(body).ForEach(func(k, v gjson.Result) bool {
-		if v.Type != gjson.String {
-			return true
-		}
+	for _, m := range ms {
 		var dst *string
-		switch k.Str {
+		switch m.key(body) {
 		case "model":
 			dst = &f.model
 		case "prompt_cache_key":
@@ -527,21 +521,10 @@ func readFields(body []byte) bodyFields {
 			dst = &f.previousResponseID
 		}
 		if dst != nil && *dst == "" {
-			*dst = v.Str
+			*dst, _ = m.str(body)
 		}
-		return true
-	})
-	return f
-}
-
-// parseRoot is gjson.ParseBytes without its copy of the body (megabytes
-// for a long session). The Result and every string taken from it share the
-// body's memory: callers use them while the body lives, or clone them.
-func parseRoot(body []byte) gjson.Result {
-	if len(body) == 0 {
-		return gjson.Result{}
 	}
-	return gjson.Parse(unsafe.String(&body[0], len(body)))
+	return f
 }
 
 // digestKey is kind followed by the SHA-256 of v.

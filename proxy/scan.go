@@ -1,0 +1,305 @@
+package proxy
+
+import (
+	"bytes"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// A request body is read once: scanBody validates it as JSON and, in the
+// same pass, notes where each top-level member of an object begins and
+// ends. Everything rotor later reads from the body (model, affinity keys)
+// or edits in it (the ChatGPT rewrite) comes from those notes, so a long
+// session's megabytes of history are walked one time, not once per field.
+
+// member is one top-level member of a JSON object: its key (quotes
+// included) spans start to keyEnd, its value valStart to end. repl and
+// drop are edits the ChatGPT rewrite makes to it.
+type member struct {
+	start, keyEnd, valStart, end int
+	repl                         []byte
+	drop                         bool
+}
+
+// maxDepth bounds nesting, as encoding/json does: a body of a million '['
+// must not cost a million stack frames.
+const maxDepth = 10000
+
+// topMembers is how many members a body's scan keeps without allocating;
+// Responses bodies have about a dozen.
+const topMembers = 24
+
+// scanned is a body read by scanBody.
+type scanned struct {
+	object  bool     // the body is a JSON object
+	members []member // its top-level members, in order
+	array   [topMembers]member
+}
+
+// scanBody reports whether body is one valid JSON value (RFC 8259, with
+// surrounding whitespace) and, when it is an object, records its top-level
+// members in s. History is mostly text, and str skips text fast; see
+// there for the one laxity this buys.
+func scanBody(body []byte, s *scanned) bool {
+	s.members = s.array[:0]
+	p := scanner{b: body}
+	i := p.space(0)
+	if i < len(body) && body[i] == '{' {
+		s.object = true
+		i = p.object(i, 0, s)
+	} else {
+		i = p.value(i, 0)
+	}
+	return i >= 0 && p.space(i) == len(body)
+}
+
+// key is m's key, unescaped. The common case (no escapes) is a view into
+// body and costs nothing.
+func (m member) key(body []byte) string {
+	return stringAt(body, m.start, m.keyEnd)
+}
+
+// str is m's value when it is a string, unescaped (a view into body when
+// it has no escapes), and ok reports whether it is one.
+func (m member) str(body []byte) (v string, ok bool) {
+	if body[m.valStart] != '"' {
+		return "", false
+	}
+	return stringAt(body, m.valStart, m.end), true
+}
+
+// stringAt is the JSON string body[from:to] (quotes included), unescaped.
+func stringAt(body []byte, from, to int) string {
+	raw := body[from+1 : to-1]
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return gjson.ParseBytes(body[from:to]).Str
+	}
+	if len(raw) == 0 {
+		return ""
+	}
+	return unsafe.String(&raw[0], len(raw))
+}
+
+// scanner walks one body. Each method takes the index where its element
+// starts and returns the index just past it, or -1 when the body is not
+// valid JSON there.
+type scanner struct{ b []byte }
+
+func (p scanner) space(i int) int {
+	for i < len(p.b) {
+		switch p.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func (p scanner) value(i, depth int) int {
+	if i >= len(p.b) {
+		return -1
+	}
+	switch c := p.b[i]; {
+	case c == '"':
+		return p.str(i)
+	case c == '{':
+		return p.object(i, depth, nil)
+	case c == '[':
+		return p.array(i, depth)
+	case c == 't':
+		return p.literal(i, "true")
+	case c == 'f':
+		return p.literal(i, "false")
+	case c == 'n':
+		return p.literal(i, "null")
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number(i)
+	}
+	return -1
+}
+
+// object scans the object at i; with s set it is the top level, and its
+// members are recorded there.
+func (p scanner) object(i, depth int, s *scanned) int {
+	if depth++; depth > maxDepth {
+		return -1
+	}
+	i = p.space(i + 1)
+	if i < len(p.b) && p.b[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(p.b) || p.b[i] != '"' {
+			return -1
+		}
+		start := i
+		if i = p.str(i); i < 0 {
+			return -1
+		}
+		keyEnd := i
+		if i = p.space(i); i >= len(p.b) || p.b[i] != ':' {
+			return -1
+		}
+		valStart := p.space(i + 1)
+		if i = p.value(valStart, depth); i < 0 {
+			return -1
+		}
+		if s != nil {
+			s.members = append(s.members, member{start: start, keyEnd: keyEnd, valStart: valStart, end: i})
+		}
+		if i = p.space(i); i >= len(p.b) {
+			return -1
+		}
+		switch p.b[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = p.space(i + 1)
+		default:
+			return -1
+		}
+	}
+}
+
+func (p scanner) array(i, depth int) int {
+	if depth++; depth > maxDepth {
+		return -1
+	}
+	i = p.space(i + 1)
+	if i < len(p.b) && p.b[i] == ']' {
+		return i + 1
+	}
+	for {
+		if i = p.value(i, depth); i < 0 {
+			return -1
+		}
+		if i = p.space(i); i >= len(p.b) {
+			return -1
+		}
+		switch p.b[i] {
+		case ']':
+			return i + 1
+		case ',':
+			i = p.space(i + 1)
+		default:
+			return -1
+		}
+	}
+}
+
+// str scans the string at i. Its text is skipped with bytes.IndexByte,
+// which looks at many bytes per instruction: only quotes and backslashes
+// matter. Raw control characters inside a string are the one thing JSON
+// forbids that this does not check: finding them costs a look at every
+// byte, and the upstream refuses such a body itself, as a client error
+// that no account is blamed for.
+func (p scanner) str(i int) int {
+	b := p.b
+	i++
+	// Keys and short values end within a few bytes, sooner than a call
+	// to IndexByte pays for itself.
+	for n := min(i+shortString, len(b)); i < n; i++ {
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			if i = p.escape(i); i < 0 {
+				return -1
+			}
+			i--
+		}
+	}
+	q := bytes.IndexByte(b[i:], '"') + i // the first quote not yet known to be escaped
+	for {
+		if q < i {
+			return -1
+		}
+		bs := bytes.IndexByte(b[i:q], '\\')
+		if bs < 0 {
+			return q + 1
+		}
+		if i = p.escape(i + bs); i < 0 {
+			return -1
+		}
+		if i > q { // the escape was \" and took the quote
+			q = bytes.IndexByte(b[i:], '"') + i
+		}
+	}
+}
+
+// shortString is how far str looks byte by byte.
+const shortString = 24
+
+// escape scans the escape sequence at i.
+func (p scanner) escape(i int) int {
+	b := p.b
+	if i+1 >= len(b) {
+		return -1
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 2
+	case 'u':
+		if i+6 > len(b) {
+			return -1
+		}
+		for _, h := range b[i+2 : i+6] {
+			if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+				return -1
+			}
+		}
+		return i + 6
+	}
+	return -1
+}
+
+func (p scanner) literal(i int, lit string) int {
+	if len(p.b)-i < len(lit) || string(p.b[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}
+
+// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (p scanner) number(i int) int {
+	b := p.b
+	digits := func(i int) int {
+		j := i
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	default:
+		if i = digits(i); i < 0 {
+			return -1
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		if i = digits(i + 1); i < 0 {
+			return -1
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i = digits(i); i < 0 {
+			return -1
+		}
+	}
+	return i
+}

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// chatgptRewrite is chatgptBody on a body read the way the handler reads it.
+func chatgptRewrite(body []byte) ([]byte, bool, error) {
+	var s scanned
+	if !scanBody(body, &s) {
+		return nil, false, errNotObject
+	}
+	return chatgptBody(body, &s)
+}
+
+// fieldsOf is readFields on a body read the way the handler reads it.
+func fieldsOf(body []byte) bodyFields {
+	var s scanned
+	scanBody(body, &s)
+	return readFields(body, s.members)
+}
+
+var scanSeeds = []string{
+	``, ` `, `{}`, `[]`, `""`, `0`, `-0`, `01`, `1.`, `.5`, `1e`, `1e+5`, `-1.25E-3`, `+1`,
+	`true`, `tru`, `nul`, `null `, ` false`, `{"a":1,}`, `[1,]`, `[,1]`, `{"a" 1}`, `{a:1}`,
+	`{"a":1}{"b":2}`, `"\u00e9"`, `"\u00g9"`, `"\x"`, "\"a\tb\"", "[\"\x01\"]", "\x01", "{\"a\":1}\x00", `"\/\b\f\n\r\t\"\\"`,
+	`"unterminated`, `"12345678901234567\"890"`, `["abcdefgh\\","ijklmnop"]`,
+	`{"model":"gpt-5","input":[{"role":"user","content":"hi"}],"stream":true}`,
+	"{\"k\\u0065y\":\"v\\n\", \"n\":[1,2,{\"x\":null}]}\n", `{"a":{"b":{"c":[[[]]]}}}`,
+	"\"caf\xc3\xa9\"", `[1 2]`, `{"a":1 "b":2}`, `{"":""}`, `[-]`, `[1e5.0]`,
+}
+
+// FuzzScanBody holds scanBody to encoding/json's verdict on every input
+// (a raw control character in a string aside),
+// and its members to gjson's view of the same object.
+func FuzzScanBody(f *testing.F) {
+	for _, s := range scanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkScan(t, body)
+	})
+}
+
+func TestScanBody(t *testing.T) {
+	for _, s := range scanSeeds {
+		checkScan(t, []byte(s))
+	}
+	deep := strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)
+	if scanBody([]byte(deep), new(scanned)) {
+		t.Errorf("nesting deeper than %d accepted", maxDepth)
+	}
+	ok := strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
+	if !scanBody([]byte(ok), new(scanned)) {
+		t.Errorf("nesting of %d refused", maxDepth)
+	}
+	// More members than the scan keeps in place still all get recorded.
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 3 * topMembers {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`"k` + strings.Repeat("x", i) + `":` + `"v"`)
+	}
+	b.WriteString("}")
+	checkScan(t, []byte(b.String()))
+}
+
+func checkScan(t *testing.T, body []byte) {
+	t.Helper()
+	var s scanned
+	got := scanBody(body, &s)
+	// encoding/json's verdict, but for the one laxity scanBody allows:
+	// raw control characters inside strings.
+	if want := json.Valid(body); got != want && (want || !bytes.ContainsFunc(body, func(r rune) bool { return r < 0x20 })) {
+		t.Fatalf("scanBody(%q) = %v, encoding/json says %v", body, got, want)
+	}
+	if !got {
+		return
+	}
+	root := gjson.ParseBytes(body)
+	if s.object != root.IsObject() {
+		t.Fatalf("scanBody(%q): object %v", body, s.object)
+	}
+	if !s.object {
+		return
+	}
+	i := 0
+	root.ForEach(func(k, v gjson.Result) bool {
+		if i >= len(s.members) {
+			t.Fatalf("scanBody(%q): %d members, gjson sees more", body, len(s.members))
+		}
+		m := s.members[i]
+		if key := m.key(body); key != k.Str {
+			t.Errorf("member %d key %q, want %q", i, key, k.Str)
+		}
+		if raw := string(body[m.valStart:m.end]); raw != v.Raw {
+			t.Errorf("member %d value %q, want %q", i, raw, v.Raw)
+		}
+		if str, ok := m.str(body); ok != (v.Type == gjson.String) || str != v.Str && ok {
+			t.Errorf("member %d string %q %v, want %q", i, str, ok, v.Str)
+		}
+		i++
+		return true
+	})
+	if i != len(s.members) {
+		t.Errorf("scanBody(%q): %d members, gjson sees %d", body, len(s.members), i)
+	}
+}
+
+// BenchmarkScanBody is the one read of a long session's body: 2 MiB of
+// plain text, and 2 MiB of history as Codex sends it (code, with a quote
+// or newline escape every 30 bytes or so, in many small items).
+func BenchmarkScanBody(b *testing.B) {
+	item := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"func main() {\n\tfmt.Println(\"hello\")\n}\n\u00e9 done"}]},`
+	for name, body := range map[string]string{
+		"text":    `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat("history ", 1<<18) + `"}],"stream":true}`,
+		"history": `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			body := []byte(body)
+			b.SetBytes(int64(len(body)))
+			var s scanned
+			for b.Loop() {
+				if !scanBody(body, &s) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}
