@@ -106,6 +106,24 @@ func (p *Pool) At(index int) *Account {
 	return &p.Accounts[index-1]
 }
 
+// Pin makes the account at a 1-based index the only one every proxy on
+// this home uses (`rotor switch`). Moving the affinity generation drops
+// the sessions other proxies hold on other accounts.
+func (p *Pool) Pin(index int) {
+	id := p.At(index).ID
+	p.PinnedAccountID = &id
+	p.AffinityGeneration++
+}
+
+// Unpin lets every proxy rotate again (`rotor unpin`) and reports whether
+// something was pinned.
+func (p *Pool) Unpin() bool {
+	was := p.PinnedAccountID != nil
+	p.PinnedAccountID = nil
+	p.AffinityGeneration++
+	return was
+}
+
 // Remove deletes the account at a 1-based index. A pin on it is cleared;
 // a pin on any other account stays on that account.
 func (p *Pool) Remove(index int) Account {

@@ -255,9 +255,7 @@ func cmdUnlink(a *app, args []string) error {
 
 func cmdSwitch(a *app, args []string) error {
 	return a.updateAt("switch", args, func(p *accounts.Pool, i int) (string, error) {
-		id := p.At(i).ID
-		p.PinnedAccountID = &id
-		p.AffinityGeneration++
+		p.Pin(i)
 		msg := fmt.Sprintf("Pinned account %d (%s): every rotor proxy on this home uses only it until \"rotor unpin\".", i, p.At(i).Label)
 		if !p.At(i).Enabled {
 			msg += "\nwarning: that account is disabled; requests will fail until you enable it."
@@ -276,9 +274,7 @@ func cmdUnpin(a *app, args []string) error {
 	}
 	was := false
 	_, err = st.Update(func(p *accounts.Pool) error {
-		was = p.PinnedAccountID != nil
-		p.PinnedAccountID = nil
-		p.AffinityGeneration++
+		was = p.Unpin()
 		return nil
 	})
 	if err != nil {
@@ -326,12 +322,12 @@ func cmdList(a *app, args []string) error {
 			Command            string        `json:"command"`
 			PinnedAccountIndex *int          `json:"pinned_account_index"`
 			Accounts           []listAccount `json:"accounts"`
-		}{Command: "status", PinnedAccountIndex: nonZero(pool.Pinned()), Accounts: []listAccount{}}
+		}{Command: "status", PinnedAccountIndex: rotation.IndexOrNil(pool.Pinned()), Accounts: []listAccount{}}
 		for _, r := range rows {
 			out.Accounts = append(out.Accounts, listAccount{
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
 				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
-				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: rfc3339(r.Until),
+				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: rotation.TimeOrNil(r.Until),
 			})
 		}
 		return a.printJSON(out)
@@ -342,14 +338,16 @@ func cmdList(a *app, args []string) error {
 	}
 	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\n", pal.header("STATE"))
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\t%s\t%s\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
+	now := time.Now()
 	for _, r := range rows {
 		pin := " "
 		if r.Pinned {
 			pin = "*"
 		}
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r)), r.Account.Label,
-			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType))
+		p, s := windows(r.Quota)
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r)), r.Account.Label,
+			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), pal.window(p, now), pal.window(s, now))
 	}
 	tw.Flush()
 	if p := pool.Pinned(); p > 0 {
@@ -368,19 +366,4 @@ func stateText(r rotation.AccountStatus) string {
 		s += " for " + rotation.HumanDuration(time.Until(r.Until))
 	}
 	return s
-}
-
-func nonZero(i int) *int {
-	if i == 0 {
-		return nil
-	}
-	return &i
-}
-
-func rfc3339(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(time.RFC3339)
-	return &s
 }

@@ -1,6 +1,12 @@
 package main
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rotorproxy/rotor/rotation"
+)
 
 // palette colours state words in human tables. Its zero value leaves text
 // plain, which is what pipes, files and NO_COLOR get.
@@ -56,4 +62,52 @@ func (p palette) state(s string) string {
 		c = ansiPlain
 	}
 	return c + s + ansiReset
+}
+
+// barCells is how many cells a quota bar has: one per 10%.
+const barCells = 10
+
+// window draws a quota window as a bar of what is used, its percentage
+// and the time to its reset: "███████░░░ 70% used, resets in 2h10m". On a
+// terminal the bar is green, yellow or red by the headroom left, with
+// the same escape bytes in every cell (a "-" included) so columns line up.
+func (p palette) window(w *rotation.Window, now time.Time) string {
+	if w == nil {
+		return p.paint(ansiPlain, "-")
+	}
+	used := min(max(w.UsedPercent, 0), 100)
+	full := int(used/100*barCells + 0.5)
+	bar := strings.Repeat("█", full) + strings.Repeat("░", barCells-full)
+	text := fmt.Sprintf(" %3.0f%% used", used)
+	if !w.ResetsAt.IsZero() && w.ResetsAt.After(now) {
+		text += ", resets in " + rotation.HumanDuration(w.ResetsAt.Sub(now))
+	}
+	return p.paint(headroomColour(used), bar) + text
+}
+
+// headroomColour is green below 70% used, yellow below 90%, red above.
+func headroomColour(used float64) string {
+	switch {
+	case used >= 90:
+		return ansiRed
+	case used >= 70:
+		return ansiYellow
+	}
+	return ansiGreen
+}
+
+// paint wraps s in colour c when the palette is on.
+func (p palette) paint(c, s string) string {
+	if !p.on {
+		return s
+	}
+	return c + s + ansiReset
+}
+
+// windows are q's primary and secondary windows; nil for what is unknown.
+func windows(q *rotation.Quota) (primary, secondary *rotation.Window) {
+	if q == nil {
+		return nil, nil
+	}
+	return q.Primary, q.Secondary
 }

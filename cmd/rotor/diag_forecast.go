@@ -26,14 +26,14 @@ type forecastAccount struct {
 	Detail string  `json:"detail"`
 	// WaitSeconds and ReadyAt: how long a delayed account waits; null
 	// when ready, unavailable, or the end is unknown.
-	WaitSeconds    *int64     `json:"wait_seconds"`
-	ReadyAt        *string    `json:"ready_at"`
-	Risk           int        `json:"risk"`
-	RiskFactors    []string   `json:"risk_factors"`
-	Health         int        `json:"health"`
-	RecentFailures int        `json:"recent_failures"`
-	Pinned         bool       `json:"pinned"`
-	Quota          *jsonQuota `json:"quota"`
+	WaitSeconds    *int64              `json:"wait_seconds"`
+	ReadyAt        *string             `json:"ready_at"`
+	Risk           int                 `json:"risk"`
+	RiskFactors    []string            `json:"risk_factors"`
+	Health         int                 `json:"health"`
+	RecentFailures int                 `json:"recent_failures"`
+	Pinned         bool                `json:"pinned"`
+	Quota          *rotation.QuotaView `json:"quota"`
 }
 
 type forecastSummary struct {
@@ -49,16 +49,16 @@ type forecastBody struct {
 	PinnedAccountIndex *int              `json:"pinned_account_index"`
 	PinSource          *string           `json:"pin_source"`
 	Summary            forecastSummary   `json:"summary"`
-	Recommendation     pick              `json:"recommendation"`
+	Recommendation     rotation.PickView `json:"recommendation"`
 	Accounts           []forecastAccount `json:"accounts"`
 }
 
 func toForecastBody(fc rotation.Forecast) forecastBody {
 	b := forecastBody{
-		PinnedAccountIndex: nonZero(fc.PinnedIndex),
+		PinnedAccountIndex: rotation.IndexOrNil(fc.PinnedIndex),
 		Summary: forecastSummary{Total: fc.Summary.Total, Ready: fc.Summary.Ready,
 			Delayed: fc.Summary.Delayed, Unavailable: fc.Summary.Unavailable},
-		Recommendation: pick{Index: nonZero(fc.Recommendation.Index), Reason: fc.Recommendation.Reason},
+		Recommendation: rotation.PickView{Index: rotation.IndexOrNil(fc.Recommendation.Index), Reason: fc.Recommendation.Reason},
 		Accounts:       []forecastAccount{},
 	}
 	if fc.PinSource != "" {
@@ -68,7 +68,7 @@ func toForecastBody(fc rotation.Forecast) forecastBody {
 	for _, f := range fc.Accounts {
 		fa := forecastAccount{
 			Index: f.Index, ID: f.Account.ID, Label: f.Account.Label, Kind: string(f.Account.Kind),
-			Verdict: f.Verdict, State: f.State, Detail: f.Detail, ReadyAt: rfc3339(f.ReadyAt),
+			Verdict: f.Verdict, State: f.State, Detail: f.Detail, ReadyAt: rotation.TimeOrNil(f.ReadyAt),
 			Risk: f.Risk, RiskFactors: f.RiskFactors, Health: f.Health, RecentFailures: f.RecentFailures,
 			Pinned: f.Pinned,
 		}
@@ -84,7 +84,7 @@ func toForecastBody(fc rotation.Forecast) forecastBody {
 			fa.WaitSeconds = &s
 		}
 		if f.Quota != nil {
-			fa.Quota = &jsonQuota{Primary: toJSONWindow(f.Quota.Primary), Secondary: toJSONWindow(f.Quota.Secondary)}
+			fa.Quota = f.Quota.View()
 		}
 		b.Accounts = append(b.Accounts, fa)
 	}
@@ -130,14 +130,16 @@ func printForecast(w io.Writer, pal palette, fc rotation.Forecast) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tWAIT\tRISK\tLABEL\tQUOTA USED\tWHY\n", pal.header("FORECAST"))
+	fmt.Fprintf(tw, "  #\t%s\tWAIT\tRISK\tLABEL\t%s\t%s\tWHY\n", pal.header("FORECAST"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
+	now := time.Now()
 	for _, f := range fc.Accounts {
 		pin := " "
 		if f.Pinned {
 			pin = "*"
 		}
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%d\t%s\t%s\t%s\n", pin, f.Index, pal.state(f.Verdict), waitText(f), f.Risk,
-			f.Account.Label, quotaShort(f.Quota), orDash(f.Detail))
+		p, s := windows(f.Quota)
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", pin, f.Index, pal.state(f.Verdict), waitText(f), f.Risk,
+			f.Account.Label, pal.window(p, now), pal.window(s, now), orDash(f.Detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -157,18 +159,4 @@ func waitText(f rotation.AccountForecast) string {
 		return "?"
 	}
 	return rotation.HumanDuration(f.Wait)
-}
-
-// quotaShort is "primary% / secondary%" of the last quota seen.
-func quotaShort(q *rotation.Quota) string {
-	if q == nil || (q.Primary == nil && q.Secondary == nil) {
-		return "-"
-	}
-	pct := func(w *rotation.Window) string {
-		if w == nil {
-			return "-"
-		}
-		return fmt.Sprintf("%.0f%%", w.UsedPercent)
-	}
-	return pct(q.Primary) + " / " + pct(q.Secondary)
 }

@@ -88,7 +88,7 @@ func accountRef(pool *accounts.Pool, id string) (*int, *string) {
 
 func toUsageBody(dir string, rep rotation.UsageReport, err error, pool *accounts.Pool) usageBody {
 	b := usageBody{Path: filepath.Join(dir, rotation.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
-		OldestRecord: rfc3339(rep.Oldest), Windows: map[string]usageWindow{}}
+		OldestRecord: rotation.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
 	if err != nil {
 		msg := err.Error()
 		b.Error = &msg

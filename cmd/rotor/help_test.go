@@ -5,8 +5,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // runIO runs one command line in-process with stdout on a terminal or not.
@@ -163,6 +165,58 @@ func TestStatesColouredOnATerminal(t *testing.T) {
 	for _, want := range []string{ansiGreen + "available", ansiRed + "disabled", ansiRed + "flagged"} {
 		if !strings.Contains(col, want) {
 			t.Errorf("list on a terminal lacks %q:\n%q", want, col)
+		}
+	}
+}
+
+// Quota windows are drawn as bars with their percentage and time to
+// reset, in rotation status, status and forecast; on a terminal each bar
+// is coloured by the headroom left, and the columns still line up.
+func TestQuotaBars(t *testing.T) {
+	h := newDiagHome(t)
+	p := h.write(diagKey("low", "sk-low"), diagKey("mid", "sk-mid"), diagKey("high", "sk-high"), diagKey("none", "sk-none"))
+	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	reset := time.Now().Add(2*time.Hour + 10*time.Minute + 30*time.Second)
+	for i, used := range []float64{30, 75, 95} {
+		rt.SetQuota(p.At(i+1).ID, rotation.Quota{
+			Primary:   &rotation.Window{UsedPercent: used, WindowMinutes: 300, ResetsAt: reset},
+			Secondary: &rotation.Window{UsedPercent: 10, WindowMinutes: 10080},
+		})
+	}
+	if err := rt.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{{"rotation", "status"}, {"status"}, {"forecast"}} {
+		plain := h.runIO(false, cmd...).stdout
+		for _, want := range []string{
+			"███░░░░░░░  30% used, resets in 2h10m", "████████░░  75% used, resets in 2h10m",
+			"██████████  95% used, resets in 2h10m", "█░░░░░░░░░  10% used",
+		} {
+			if !strings.Contains(plain, want) {
+				t.Errorf("%v lacks %q:\n%s", cmd, want, plain)
+			}
+		}
+		col := h.runIO(true, cmd...).stdout
+		for _, want := range []string{ansiGreen + "███░", ansiYellow + "████████░░", ansiRed + "██████████"} {
+			if !strings.Contains(col, want) {
+				t.Errorf("%v on a terminal lacks %q:\n%s", cmd, want, col)
+			}
+		}
+		if got := ansi.ReplaceAllString(col, ""); got != plain {
+			t.Errorf("%v: coloured bars differ from the plain ones once uncoloured", cmd)
+		}
+		lines := strings.Split(plain, "\n")
+		var at []int // where the primary quota column starts, on every row
+		for _, l := range lines {
+			if i := strings.Index(l, "PRIMARY QUOTA"); i >= 0 {
+				at = append(at, len([]rune(l[:i])))
+			}
+			if i := strings.Index(l, "% used, resets"); i >= 0 {
+				at = append(at, len([]rune(l[:i]))-14)
+			}
+		}
+		if len(at) != 4 || at[0] != at[1] || at[1] != at[3] {
+			t.Errorf("%v: bars do not line up under their heading (%v):\n%s", cmd, at, plain)
 		}
 	}
 }

@@ -9,40 +9,6 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-type jsonWindow struct {
-	UsedPercent   float64 `json:"used_percent"`
-	WindowMinutes int     `json:"window_minutes"`
-	ResetsAt      *string `json:"resets_at"`
-}
-
-type jsonQuota struct {
-	Primary   *jsonWindow `json:"primary"`
-	Secondary *jsonWindow `json:"secondary"`
-}
-
-type rotationAccount struct {
-	Index    int        `json:"index"`
-	Label    string     `json:"label"`
-	State    string     `json:"state"`
-	Until    *string    `json:"until"`
-	Reason   *string    `json:"reason"`
-	Health   int        `json:"health"`
-	LastUsed *string    `json:"last_used"`
-	Quota    *jsonQuota `json:"quota"`
-}
-
-type pick struct {
-	Index  *int   `json:"index"`
-	Reason string `json:"reason"`
-}
-
-func toJSONWindow(w *rotation.Window) *jsonWindow {
-	if w == nil {
-		return nil
-	}
-	return &jsonWindow{UsedPercent: w.UsedPercent, WindowMinutes: w.WindowMinutes, ResetsAt: rfc3339(w.ResetsAt)}
-}
-
 func cmdRotation(a *app, args []string) error {
 	fs := a.flags()
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -58,73 +24,38 @@ func cmdRotation(a *app, args []string) error {
 		return err
 	}
 	rows := sel.Status()
-	next, why := sel.Next()
-	pinned := pool.Pinned()
-	var source *string
-	if pinned > 0 {
-		s := rotation.PinManual
-		source = &s
-	}
+	view := sel.View(rows)
 	if *asJSON {
-		out := struct {
-			Command            string            `json:"command"`
-			PinnedAccountIndex *int              `json:"pinned_account_index"`
-			PinSource          *string           `json:"pin_source"`
-			Next               pick              `json:"next"`
-			Accounts           []rotationAccount `json:"accounts"`
-		}{Command: "rotation status", PinnedAccountIndex: nonZero(pinned), PinSource: source,
-			Next: pick{Index: nonZero(next), Reason: why}, Accounts: []rotationAccount{}}
-		for _, r := range rows {
-			ra := rotationAccount{Index: r.Index, Label: r.Account.Label, State: r.State, Until: rfc3339(r.Until),
-				Health: r.Health, LastUsed: rfc3339(r.LastUsed)}
-			if r.Reason != "" {
-				reason := r.Reason
-				ra.Reason = &reason
-			}
-			if r.Quota != nil {
-				ra.Quota = &jsonQuota{Primary: toJSONWindow(r.Quota.Primary), Secondary: toJSONWindow(r.Quota.Secondary)}
-			}
-			out.Accounts = append(out.Accounts, ra)
-		}
-		return a.printJSON(out)
+		return a.printJSON(struct {
+			Command string `json:"command"`
+			rotation.StatusView
+		}{"rotation status", view})
 	}
+	pinned := pool.Pinned()
 	if pinned > 0 {
 		fmt.Fprintf(a.stdout, "Pinned: account %d (manual, \"rotor unpin\" to rotate)\n", pinned)
 	} else {
 		fmt.Fprintln(a.stdout, "Pinned: no (rotating)")
 	}
-	if next > 0 {
-		fmt.Fprintf(a.stdout, "Next:   account %d (%s)\n\n", next, why)
+	if view.Next.Index != nil {
+		fmt.Fprintf(a.stdout, "Next:   account %d (%s)\n\n", *view.Next.Index, view.Next.Reason)
 	} else {
-		fmt.Fprintf(a.stdout, "Next:   none: %s\n\n", why)
+		fmt.Fprintf(a.stdout, "Next:   none: %s\n\n", view.Next.Reason)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(a.stdout, "No accounts yet.")
 		return nil
 	}
 	pal := a.palette()
+	now := time.Now()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\tPRIMARY QUOTA\tSECONDARY QUOTA\tLAST USED\n", pal.header("STATE"))
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\t%s\t%s\tLAST USED\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	for _, r := range rows {
-		var p, s *rotation.Window
-		if r.Quota != nil {
-			p, s = r.Quota.Primary, r.Quota.Secondary
-		}
+		p, s := windows(r.Quota)
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r)), r.Account.Label, r.Health,
-			windowText(p), windowText(s), ago(r.LastUsed))
+			pal.window(p, now), pal.window(s, now), ago(r.LastUsed))
 	}
 	return tw.Flush()
-}
-
-func windowText(w *rotation.Window) string {
-	if w == nil {
-		return "-"
-	}
-	s := fmt.Sprintf("%.0f%% used", w.UsedPercent)
-	if !w.ResetsAt.IsZero() && time.Until(w.ResetsAt) > 0 {
-		s += ", resets in " + rotation.HumanDuration(time.Until(w.ResetsAt))
-	}
-	return s
 }
 
 func ago(t time.Time) string {
