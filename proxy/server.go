@@ -139,6 +139,17 @@ type Deps struct {
 	Usage     UsageSink // may be nil
 	Clock     rotation.Clock
 	Log       zerolog.Logger
+	// Pages serves the dashboard (SPEC §8); nil serves none.
+	Pages Pages
+}
+
+// Pages answers the dashboard's paths: the only ones that do not take the
+// client key. They still pass the Host and Origin checks first.
+type Pages interface {
+	// Owns reports whether path is one of its paths.
+	Owns(path []byte) bool
+	// ServePage answers a request for one of its paths.
+	ServePage(ctx *fasthttp.RequestCtx)
 }
 
 // Server is a running proxy.

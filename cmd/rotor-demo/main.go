@@ -1,8 +1,9 @@
 // Command rotor-demo shows rotor working with no real account (make demo):
-// it starts the fake upstream, adds three demo accounts with the real rotor
-// CLI (one of them at its usage limit), runs `rotor serve`, streams answers
-// through it as they arrive, and shows the failover and what
-// `rotor rotation status` says about it.
+// it starts the fake upstream, adds three API-key accounts (one of them at
+// its usage limit) and a ChatGPT one with the real rotor CLI, runs `rotor
+// serve`, streams answers through it as they arrive, and shows the
+// failover, the quota bars of `rotor rotation status`, and the dashboard's
+// login link (kept up until Enter when run from a terminal).
 package main
 
 import (
@@ -20,9 +21,11 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/term"
 
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 func main() {
@@ -62,6 +65,33 @@ func run(rotor, testdata string, out io.Writer) error {
 	up.Set("sk-demo-alice", fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
 		ResetIn: 15 * time.Minute, Headers: map[string]string{"retry-after": "{{RESETS_IN}}"}})
 
+	// dana is a ChatGPT account (the Codex CLI login in testdata) whose
+	// answers carry the x-codex-* quota headers of a real one, so the bars
+	// in rotation status and on the dashboard have real numbers.
+	codexHome, err := os.MkdirTemp("", "rotor-demo-codex-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(codexHome)
+	auth, err := os.ReadFile(filepath.Join(testdata, "jwt", "codex_auth.json"))
+	if err != nil {
+		return err
+	}
+	authFile := filepath.Join(codexHome, "auth.json")
+	if err := os.WriteFile(authFile, auth, 0o600); err != nil {
+		return err
+	}
+	up.Set(gjson.GetBytes(auth, "tokens.access_token").String(), fakeupstream.Behavior{EventDelay: 90 * time.Millisecond,
+		Headers: map[string]string{
+			"x-codex-plan-type":                     "plus",
+			"x-codex-primary-used-percent":          "62",
+			"x-codex-primary-window-minutes":        "300",
+			"x-codex-primary-reset-after-seconds":   "7980",
+			"x-codex-secondary-used-percent":        "35",
+			"x-codex-secondary-window-minutes":      "10080",
+			"x-codex-secondary-reset-after-seconds": "331200",
+		}})
+
 	env := append(os.Environ(),
 		"ROTOR_HOME="+home, "ROTOR_SECRETS=file",
 		"ROTOR_OPENAI_BASE_URL="+up.OpenAIBase(), "ROTOR_CHATGPT_BASE_URL="+up.ChatGPTBase())
@@ -81,6 +111,10 @@ func run(rotor, testdata string, out io.Writer) error {
 		if err := cli(a.key, "add-key", "--label", a.label); err != nil {
 			return err
 		}
+	}
+	step("Add the ChatGPT account Codex CLI is logged in with (here a test login)")
+	if err := cli("", "import", "codex", "--file", authFile, "--label", "dana"); err != nil {
+		return err
 	}
 	if err := cli("", "list"); err != nil {
 		return err
@@ -123,9 +157,32 @@ func run(rotor, testdata string, out io.Writer) error {
 		drain(out, logLines, 300*time.Millisecond)
 	}
 
-	step("What rotor learned: rotor rotation status")
+	step("Pin the ChatGPT account for one request: rotor switch 4, then rotor unpin")
+	if err := cli("", "switch", "4"); err != nil {
+		return err
+	}
+	time.Sleep(2 * rotation.WatchInterval) // the serve sees the pin on its next look
+	fmt.Fprint(out, "request 4: ")
+	if err := stream(out, info); err != nil {
+		return err
+	}
+	drain(out, logLines, 300*time.Millisecond)
+	if err := cli("", "unpin"); err != nil {
+		return err
+	}
+
+	step("What rotor learned: rotor rotation status (quota bars from dana's x-codex-* headers)")
 	if err := cli("", "rotation", "status"); err != nil {
 		return err
+	}
+
+	step("The same, live in a browser: rotor dashboard prints a one-time login link")
+	if err := cli("", "dashboard"); err != nil {
+		return err
+	}
+	if term.IsTerminal(int(os.Stdin.Fd())) {
+		fmt.Fprint(out, "Open that link now; press Enter to stop the proxy and end the demo. ")
+		bufio.NewReader(os.Stdin).ReadString('\n')
 	}
 
 	step("Stop the proxy (SIGTERM: in-flight streams finish, state is saved)")

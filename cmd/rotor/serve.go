@@ -25,6 +25,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -156,6 +157,8 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	}, proxy.Deps{
 		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
 		Refresher: newRefresher(a, st, sec),
+		Pages: dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
+			Usage: dashboardUsage(st.Dir())}),
 	})
 	if err != nil {
 		return nil, err
@@ -277,16 +280,22 @@ func cmdEnv(a *app, args []string) error {
 	if _, err := a.parse(a.flags(), args); err != nil {
 		return err
 	}
-	dir, err := a.home()
+	_, in, err := a.liveServe()
 	if err != nil {
 		return err
 	}
-	// A live serve, the default port's first: with several serves on one
-	// home each keeps its own record.
-	in, err := proxy.LiveInfo(dir)
-	if err != nil {
-		return rerr.NotFound("No running proxy found in " + dir + ". Start one with \"rotor serve\".")
-	}
 	fmt.Fprintf(a.stdout, "export OPENAI_BASE_URL=%s\nexport OPENAI_API_KEY=%s\n", in.URL, in.ClientKey)
 	return nil
+}
+
+// liveServe is the record of a running serve on this home, the default
+// port's first: with several serves on one home each keeps its own.
+func (a *app) liveServe() (dir string, in proxy.Info, err error) {
+	if dir, err = a.home(); err != nil {
+		return "", in, err
+	}
+	if in, err = proxy.LiveInfo(dir); err != nil {
+		return dir, in, rerr.NotFound("No running proxy found in " + dir + ". Start one with \"rotor serve\".")
+	}
+	return dir, in, nil
 }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/proxy/dashboard"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// dashboardUsage reads dir's usage log for the dashboard: again only when
+// usage.jsonl changed, and at most every few seconds.
+func dashboardUsage(dir string) *dashboard.Usage {
+	read := func(fn func(rotation.Usage)) error {
+		_, err := rotation.ReadUsage(dir, fn)
+		return err
+	}
+	stamp := func() string {
+		fi, err := os.Stat(filepath.Join(dir, rotation.UsageFile))
+		if err != nil {
+			return ""
+		}
+		return dashboard.Stamp(fi.Size(), fi.ModTime())
+	}
+	return dashboard.NewUsage(read, stamp, 2*time.Second)
+}
+
+func cmdDashboard(a *app, args []string) error {
+	fs := a.flags()
+	open := fs.Bool("open", false, "open the link in the default browser")
+	if _, err := a.parse(fs, args); err != nil {
+		return err
+	}
+	dir, in, err := a.liveServe()
+	if err != nil {
+		return err
+	}
+	link := dashboard.LoginURL(strings.TrimSuffix(in.URL, "/v1"), in.ClientKey, time.Now())
+	fmt.Fprintf(a.stdout, "%s\n", link)
+	fmt.Fprintf(a.stderr, "Open this link within %s; it works once. It logs this browser in to the dashboard of rotor serve (pid %d).\n",
+		rotation.HumanDuration(dashboard.LoginTTL), in.PID)
+	if *open {
+		return openDashboard(dir, link)
+	}
+	return nil
+}
+
+// openDashboard opens link in the user's browser through a 0600 page in
+// the home that redirects to it, as Jupyter does: the one-time token never
+// appears in another process's argv.
+func openDashboard(dir, link string) error {
+	page := filepath.Join(dir, "dashboard-open.html")
+	esc := html.EscapeString(link)
+	doc := "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" + esc + "\"><title>rotor</title><a href=\"" + esc + "\">Open the rotor dashboard</a>\n"
+	if err := homefs.WriteFile(page, []byte(doc)); err != nil {
+		return err
+	}
+	if err := openBrowser(page); err != nil {
+		return fmt.Errorf("cannot open a browser (%v); open the link above yourself", err)
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotorproxy/rotor/proxy/dashboard"
+	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// dashboardPool is a real `rotor serve` with three accounts as a user
+// would see them: alice at her usage limit (met through a failover), bob
+// serving, and dana, a ChatGPT account with quota windows known. Requests
+// have gone through it, so usage.jsonl has records to chart.
+type dashboardPool struct {
+	h    *home
+	p    *raceProc
+	base string // http://127.0.0.1:PORT
+	// secrets are strings that must never reach a page.
+	secrets []string
+}
+
+func newDashboardPool(t *testing.T) *dashboardPool {
+	t.Helper()
+	up := fakeupstream.New("../../testdata")
+	if err := up.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	up.Set("sk-dash-alice", fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
+
+	h := newHome(t)
+	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
+	h.setenv("ROTOR_CHATGPT_BASE_URL", up.ChatGPTBase())
+	h.setenv("ROTOR_CLIENT_KEY", raceClientKey)
+	h.addKey("alice", "sk-dash-alice")
+	h.addKey("bob", "sk-dash-bob")
+	auth := codexFixture(t)
+	h.ok("", "import", "codex", "--file", auth, "--label", "dana")
+	authJSON, _ := os.ReadFile(auth)
+
+	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt.SetQuota(h.pool().At(3).ID, rotation.Quota{
+		Primary:    &rotation.Window{UsedPercent: 62, WindowMinutes: 300, ResetsAt: time.Now().Add(2*time.Hour + 13*time.Minute)},
+		Secondary:  &rotation.Window{UsedPercent: 35, WindowMinutes: 10080, ResetsAt: time.Now().Add(4 * 24 * time.Hour)},
+		ObservedAt: time.Now(),
+	})
+	if err := rt.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+
+	p := raceServe(t, rotorBin, h.env, "serve")
+	for i := 0; up.Count("sk-dash-alice") == 0 || i < 4; i++ {
+		if i == 12 {
+			t.Fatal("alice was never tried")
+		}
+		if code, body, err := raceRequest(p); err != nil || code != 200 {
+			t.Fatalf("request %d: %d %v %.200s", i, code, err, body)
+		}
+	}
+	var tokens struct {
+		Tokens map[string]string `json:"tokens"`
+	}
+	json.Unmarshal(authJSON, &tokens)
+	return &dashboardPool{h: h, p: p, base: strings.TrimSuffix(p.url, "/v1"),
+		secrets: []string{raceClientKey, "sk-dash-alice", "sk-dash-bob", tokens.Tokens["access_token"],
+			tokens.Tokens["refresh_token"], tokens.Tokens["id_token"]}}
+}
+
+// login is a fresh one-time login link from `rotor dashboard`.
+func (d *dashboardPool) login(t *testing.T) string {
+	t.Helper()
+	r := d.h.ok("", "dashboard")
+	link := strings.TrimSpace(r.stdout)
+	if !strings.HasPrefix(link, d.base+"/login?token=") || !strings.Contains(r.stderr, "it works once") {
+		t.Fatalf("rotor dashboard: %v", r)
+	}
+	return link
+}
+
+// noRedirect is a client that shows redirects instead of following them.
+var noRedirect = &http.Client{Timeout: 10 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+type wireReq struct {
+	method, path, cookie, origin, host, body, bearer string
+}
+
+func (d *dashboardPool) do(t *testing.T, r wireReq) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(cmpOr(r.method, "GET"), d.base+r.path, strings.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.cookie != "" {
+		req.Header.Set("Cookie", r.cookie)
+	}
+	if r.origin != "" {
+		req.Header.Set("Origin", r.origin)
+	}
+	if r.host != "" {
+		req.Host = r.host
+	}
+	if r.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+r.bearer)
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// The dashboard's security on the wire (SPEC §8): no cookie, no data; a
+// login link works once; foreign Host or Origin get 403; a button needs
+// the cookie and this serve's own Origin; nothing served holds a secret.
+func TestDashboardOnTheWire(t *testing.T) {
+	d := newDashboardPool(t)
+
+	for _, path := range []string{"/", "/dashboard/state", "/dashboard/events", "/dashboard/app.js"} {
+		resp, body := d.do(t, wireReq{path: path})
+		if resp.StatusCode != 401 || !strings.Contains(body, `Run "rotor dashboard"`) || strings.Contains(body, "alice") {
+			t.Errorf("GET %s without a cookie: %d %q", path, resp.StatusCode, body)
+		}
+		// The client key opens the proxy, not the dashboard.
+		if resp, _ := d.do(t, wireReq{path: path, bearer: raceClientKey}); resp.StatusCode != 401 {
+			t.Errorf("GET %s with the client key and no cookie: %d", path, resp.StatusCode)
+		}
+	}
+
+	link := d.login(t)
+	u, _ := url.Parse(link)
+	resp, _ := d.do(t, wireReq{path: u.RequestURI()})
+	if resp.StatusCode != 303 || resp.Header.Get("Location") != "/" {
+		t.Fatalf("login: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	set := resp.Header.Get("Set-Cookie")
+	port := u.Port()
+	for _, want := range []string{"rotor_dashboard_" + port + "=", "HttpOnly", "SameSite=Strict", "path=/"} {
+		if !strings.Contains(set, want) {
+			t.Errorf("Set-Cookie %q lacks %q", set, want)
+		}
+	}
+	cookie := strings.SplitN(set, ";", 2)[0]
+	if resp, body := d.do(t, wireReq{path: u.RequestURI()}); resp.StatusCode != 401 || !strings.Contains(body, "used up") {
+		t.Errorf("the login link worked twice: %d %q", resp.StatusCode, body)
+	}
+	other := dashboard.LoginURL(d.base, strings.Repeat("x", 64), time.Now())
+	ou, _ := url.Parse(other)
+	if resp, _ := d.do(t, wireReq{path: ou.RequestURI()}); resp.StatusCode != 401 {
+		t.Errorf("a link made with another serve's key logged in: %d", resp.StatusCode)
+	}
+
+	var served strings.Builder
+	for _, path := range []string{"/", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/state"} {
+		resp, body := d.do(t, wireReq{path: path, cookie: cookie})
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s with the cookie: %d %s", path, resp.StatusCode, body)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", path, csp)
+		}
+		served.WriteString(body)
+		for k, v := range resp.Header {
+			served.WriteString(k + ": " + strings.Join(v, ",") + "\n")
+		}
+	}
+	_, state := d.do(t, wireReq{path: "/dashboard/state", cookie: cookie})
+	var snap struct {
+		Accounts []struct {
+			Index   int    `json:"index"`
+			Label   string `json:"label"`
+			Kind    string `json:"kind"`
+			State   string `json:"state"`
+			Quota   *rotation.QuotaView
+			Enabled bool `json:"enabled"`
+		} `json:"accounts"`
+		Usage dashboard.UsageView `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(state), &snap); err != nil {
+		t.Fatalf("state: %v %s", err, state)
+	}
+	if len(snap.Accounts) != 3 || snap.Accounts[0].State != "rate-limited" || snap.Accounts[2].Kind != "chatgpt" ||
+		snap.Accounts[2].Quota == nil || snap.Accounts[2].Quota.Primary.UsedPercent != 62 {
+		t.Errorf("state accounts: %+v", snap.Accounts)
+	}
+	if len(snap.Usage.Recent) < 4 || len(snap.Usage.Accounts) != 3 || len(snap.Usage.Hours) != 24 || len(snap.Usage.Days) != 7 {
+		t.Errorf("state usage: %d recent, %d accounts", len(snap.Usage.Recent), len(snap.Usage.Accounts))
+	}
+
+	// The live stream sends a snapshot at once.
+	req, _ := http.NewRequest("GET", d.base+"/dashboard/events", nil)
+	req.Header.Set("Cookie", cookie)
+	ev, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := bufio.NewReader(ev.Body).ReadString('\n')
+	ev.Body.Close()
+	if ev.Header.Get("Content-Type") != "text/event-stream" || !strings.HasPrefix(first, `data: {"now":`) {
+		t.Errorf("events: %s %q %v", ev.Header.Get("Content-Type"), first, err)
+	}
+	served.WriteString(first)
+
+	for _, s := range d.secrets {
+		if s != "" && strings.Contains(served.String(), s) {
+			t.Errorf("a secret reached the page: %.12s…", s)
+		}
+	}
+
+	// Host and Origin checks come first, cookie or not.
+	for _, r := range []wireReq{{path: "/", cookie: cookie, host: "evil.example"}, {path: "/dashboard/state", cookie: cookie, origin: "http://evil.example"},
+		{path: "/login?token=x", host: "rebind.example:" + port}} {
+		if resp, body := d.do(t, r); resp.StatusCode != 403 || !strings.Contains(body, "runtime_rotation_proxy_forbidden_host") {
+			t.Errorf("%+v: %d %s", r, resp.StatusCode, body)
+		}
+	}
+
+	// Buttons: the cookie and this serve's own Origin, both.
+	pin := wireReq{method: "POST", path: "/dashboard/pin", body: `{"index":2}`}
+	for _, r := range []wireReq{
+		{method: pin.method, path: pin.path, body: pin.body, cookie: cookie},                               // no Origin
+		{method: pin.method, path: pin.path, body: pin.body, cookie: cookie, origin: "http://127.0.0.1:1"}, // another loopback origin
+		{method: pin.method, path: pin.path, body: pin.body, origin: d.base, bearer: raceClientKey},        // no cookie
+	} {
+		if resp, _ := d.do(t, r); resp.StatusCode != 403 && resp.StatusCode != 401 {
+			t.Errorf("pin %+v: %d", r, resp.StatusCode)
+		}
+	}
+	if d.h.pool().Pinned() != 0 {
+		t.Fatal("a refused pin pinned")
+	}
+	if resp, body := d.do(t, wireReq{method: "POST", path: "/dashboard/pin", body: `{"index":9}`, cookie: cookie, origin: d.base}); resp.StatusCode != 400 || !strings.Contains(body, "no account 9") {
+		t.Errorf("pin 9: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := d.do(t, wireReq{method: "POST", path: "/dashboard/pin", body: `{"index":2}`, cookie: cookie, origin: d.base}); resp.StatusCode != 200 {
+		t.Fatalf("pin 2: %d %s", resp.StatusCode, body)
+	}
+	if d.h.pool().Pinned() != 2 {
+		t.Errorf("pinned %d after the dashboard pinned 2", d.h.pool().Pinned())
+	}
+	if resp, _ := d.do(t, wireReq{method: "POST", path: "/dashboard/disable", body: `{"index":1}`, cookie: cookie, origin: d.base}); resp.StatusCode != 200 || d.h.pool().At(1).Enabled {
+		t.Errorf("disable 1: %d, enabled %v", resp.StatusCode, d.h.pool().At(1).Enabled)
+	}
+}

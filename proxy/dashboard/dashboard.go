@@ -1,0 +1,456 @@
+// Package dashboard is the web page `rotor serve` shows at / (SPEC §8): the
+// pool live, its usage as charts, and buttons to pin, unpin, enable and
+// disable accounts. It reads the pool through the same selector the proxy
+// picks with and changes it through the same store the CLI writes, so the
+// page, `rotor rotation status` and `--json` never disagree.
+//
+// Every path but /login needs a session cookie; the proxy's Host and
+// Origin checks run before any of them.
+package dashboard
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+//go:embed static
+var static embed.FS
+
+// Pool is the live pool: *rotation.Selector.
+type Pool interface {
+	Status() []rotation.AccountStatus
+	View(rows []rotation.AccountStatus) rotation.StatusView
+}
+
+// Store changes the pool on disk: *accounts.Store. The serve's watcher
+// brings the change into the selector, as it does for `rotor switch`.
+type Store interface {
+	Update(fn func(*accounts.Pool) error) (*accounts.Pool, error)
+}
+
+// Clock is the time source: rotation.SystemClock in rotor.
+type Clock interface{ Now() time.Time }
+
+// Config wires a Dashboard.
+type Config struct {
+	ClientKey string // the serve's client key, which signs logins and cookies
+	Pool      Pool
+	Store     Store
+	Usage     *Usage
+	Clock     Clock
+	Log       zerolog.Logger
+	// Tick is how often an open page's stream looks for news (default 1s).
+	Tick time.Duration
+}
+
+// Dashboard answers the dashboard's paths.
+type Dashboard struct {
+	cfg   Config
+	spent spent
+	// streams bounds the open live streams: each costs a goroutine and a
+	// look at the pool per tick.
+	streams chan struct{}
+}
+
+// maxStreams is how many pages may be open at once.
+const maxStreams = 16
+
+// New returns a dashboard for cfg.
+func New(cfg Config) *Dashboard {
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = rotation.SystemClock{}
+	}
+	return &Dashboard{cfg: cfg, streams: make(chan struct{}, maxStreams)}
+}
+
+// Owns reports whether path is the dashboard's: /, /login and /dashboard/….
+func (d *Dashboard) Owns(path []byte) bool {
+	return len(path) == 1 && path[0] == '/' || string(path) == "/login" || bytes.HasPrefix(path, []byte("/dashboard/"))
+}
+
+// pages are the dashboard's GET paths, each with its asset or handler.
+var assets = map[string]string{
+	"/":                  "static/index.html",
+	"/dashboard/app.js":  "static/app.js",
+	"/dashboard/app.css": "static/app.css",
+}
+
+// ServePage answers a request for one of the dashboard's paths.
+func (d *Dashboard) ServePage(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	// The page loads nothing from elsewhere, runs no inline script, cannot
+	// be framed, and sends no Referer (the login link holds a token).
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	path, method := string(ctx.Path()), string(ctx.Method())
+	if path == "/login" && method == fasthttp.MethodGet {
+		d.login(ctx)
+		return
+	}
+	if !d.session(ctx) {
+		d.unauthorized(ctx, "No dashboard session. Run \"rotor dashboard\" for a login link (add --open to open it).")
+		return
+	}
+	switch {
+	case method == fasthttp.MethodGet && assets[path] != "":
+		d.asset(ctx, assets[path])
+	case method == fasthttp.MethodGet && path == "/dashboard/state":
+		ctx.SetContentType("application/json")
+		ctx.SetBody(d.snapshot())
+	case method == fasthttp.MethodGet && path == "/dashboard/events":
+		d.events(ctx)
+	case method == fasthttp.MethodPost && actions[strings.TrimPrefix(path, "/dashboard/")] != nil:
+		d.act(ctx, strings.TrimPrefix(path, "/dashboard/"))
+	default:
+		d.fail(ctx, rerr.ProxyNotFound, fmt.Sprintf("the dashboard has no %s %s", method, path))
+	}
+}
+
+func (d *Dashboard) asset(ctx *fasthttp.RequestCtx, name string) {
+	b, err := static.ReadFile(name)
+	if err != nil {
+		d.fail(ctx, rerr.ProxyError, "missing dashboard asset "+name)
+		return
+	}
+	types := map[string]string{".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+	ctx.SetContentType(types[name[strings.LastIndexByte(name, '.'):]])
+	ctx.SetBody(b)
+}
+
+// cookieName carries the port: browsers share cookies between the ports
+// of one host, and two serves must not log each other out.
+func cookieName(ctx *fasthttp.RequestCtx) string {
+	host := string(ctx.Host())
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		return "rotor_dashboard_" + host[i+1:]
+	}
+	return "rotor_dashboard"
+}
+
+// login trades a one-time token for a session cookie and goes to /.
+func (d *Dashboard) login(ctx *fasthttp.RequestCtx) {
+	now := d.cfg.Clock.Now()
+	nonce, exp, ok := check(d.cfg.ClientKey, purposeLogin, string(ctx.QueryArgs().Peek("token")), now)
+	if !ok || !d.spent.take(nonce, exp, now) {
+		d.unauthorized(ctx, "This login link is used up, expired, or from another rotor serve. Run \"rotor dashboard\" for a new one.")
+		return
+	}
+	var c fasthttp.Cookie
+	c.SetKey(cookieName(ctx))
+	c.SetValue(mint(d.cfg.ClientKey, purposeSession, now.Add(SessionTTL)))
+	c.SetPath("/")
+	c.SetHTTPOnly(true)
+	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
+	c.SetMaxAge(int(SessionTTL / time.Second))
+	ctx.Response.Header.SetCookie(&c)
+	ctx.Response.Header.Set("Location", "/")
+	ctx.SetStatusCode(fasthttp.StatusSeeOther)
+	d.cfg.Log.Info().Msg("dashboard login")
+}
+
+func (d *Dashboard) session(ctx *fasthttp.RequestCtx) bool {
+	_, _, ok := check(d.cfg.ClientKey, purposeSession, string(ctx.Request.Header.Cookie(cookieName(ctx))), d.cfg.Clock.Now())
+	return ok
+}
+
+// unauthorized is SPEC §8's 401: a short page that says what to run, and
+// nothing about the pool.
+func (d *Dashboard) unauthorized(ctx *fasthttp.RequestCtx, msg string) {
+	ctx.SetStatusCode(fasthttp.StatusUnauthorized)
+	ctx.SetContentType("text/html; charset=utf-8")
+	fmt.Fprintf(ctx, "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width\"><title>rotor</title><h1>rotor dashboard</h1><p>%s</p></html>\n", msg)
+}
+
+func (d *Dashboard) fail(ctx *fasthttp.RequestCtx, code, msg string) {
+	r := rerr.Build(rerr.Spec{Code: code, Message: msg})
+	ctx.SetStatusCode(r.Status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(r.Body)
+}
+
+// maxActionBody bounds what an action reads: {"index":N} is a few bytes.
+const maxActionBody = 1 << 10
+
+// actions are the buttons, each the same pool edit as its CLI command.
+var actions = map[string]func(p *accounts.Pool, i int){
+	"pin":     func(p *accounts.Pool, i int) { p.Pin(i) },
+	"unpin":   func(p *accounts.Pool, i int) { p.Unpin() },
+	"enable":  func(p *accounts.Pool, i int) { p.At(i).Enabled = true },
+	"disable": func(p *accounts.Pool, i int) { p.At(i).Enabled = false },
+}
+
+// act runs a button. A state-changing request also needs an Origin equal
+// to this serve's own: the cookie is SameSite=Strict, and this refuses
+// what a browser sends without one.
+func (d *Dashboard) act(ctx *fasthttp.RequestCtx, name string) {
+	if origin := string(ctx.Request.Header.Peek("Origin")); origin != "http://"+string(ctx.Host()) {
+		d.fail(ctx, rerr.ProxyForbiddenHost, "a dashboard action needs an Origin header naming this serve")
+		return
+	}
+	var req struct {
+		Index int `json:"index"`
+	}
+	if n := ctx.Request.Header.ContentLength(); n > maxActionBody || n < 0 && name != "unpin" {
+		d.fail(ctx, rerr.ProxyPayloadTooLarge, "a dashboard action's body is a few bytes of JSON")
+		return
+	}
+	if name != "unpin" {
+		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
+			d.fail(ctx, rerr.ProxyBadRequest, `want {"index":N}`)
+			return
+		}
+	}
+	_, err := d.cfg.Store.Update(func(p *accounts.Pool) error {
+		if name != "unpin" && p.At(req.Index) == nil {
+			return rerr.Validation("index", fmt.Sprintf("there is no account %d", req.Index))
+		}
+		actions[name](p, req.Index)
+		return nil
+	})
+	if err != nil {
+		d.fail(ctx, rerr.ProxyBadRequest, err.Error())
+		return
+	}
+	d.cfg.Log.Info().Str("action", name).Int("index", req.Index).Msg("dashboard action")
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"ok":true}`)
+}
+
+// events streams a snapshot whenever it changes, looking once per tick,
+// and a comment every 15 s so proxies and browsers keep the stream open.
+func (d *Dashboard) events(ctx *fasthttp.RequestCtx) {
+	select {
+	case d.streams <- struct{}{}:
+	default:
+		d.fail(ctx, rerr.ProxyOverloaded, "too many dashboard pages are open")
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	done := ctx.Done() // closed when serve shuts down
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer func() { <-d.streams }()
+		t := time.NewTicker(d.cfg.Tick)
+		defer t.Stop()
+		var last []byte
+		quiet := 0
+		for {
+			snap := d.snapshot()
+			if !bytes.Equal(stripNow(snap), stripNow(last)) {
+				fmt.Fprintf(w, "data: %s\n\n", snap)
+				last, quiet = snap, 0
+			} else if quiet++; quiet*int(d.cfg.Tick) >= int(15*time.Second) {
+				w.WriteString(": keep-alive\n\n")
+				quiet = 0
+			}
+			if w.Flush() != nil {
+				return // the page is gone
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// stripNow drops the leading "now" member, which changes every tick.
+func stripNow(snap []byte) []byte {
+	if i := bytes.IndexByte(snap, ','); i >= 0 {
+		return snap[i:]
+	}
+	return snap
+}
+
+// card is one account on the page: its status view and what the buttons
+// need.
+type card struct {
+	rotation.AccountView
+	Kind    string `json:"kind"`
+	Enabled bool   `json:"enabled"`
+	Pinned  bool   `json:"pinned"`
+}
+
+// snapshot is what the page shows, as JSON. "now" comes first (stripNow).
+func (d *Dashboard) snapshot() []byte {
+	rows := d.cfg.Pool.Status()
+	v := d.cfg.Pool.View(rows)
+	cards := make([]card, len(rows))
+	labels := make(map[string]int, len(rows))
+	for i, r := range rows {
+		cards[i] = card{AccountView: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
+		labels[r.Account.ID] = r.Index
+	}
+	now := d.cfg.Clock.Now()
+	out := struct {
+		Now                string            `json:"now"`
+		PinnedAccountIndex *int              `json:"pinned_account_index"`
+		PinSource          *string           `json:"pin_source"`
+		Next               rotation.PickView `json:"next"`
+		Accounts           []card            `json:"accounts"`
+		Usage              UsageView         `json:"usage"`
+	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, labels)}
+	b, err := json.Marshal(out)
+	if err != nil {
+		d.cfg.Log.Error().Err(err).Msg("dashboard snapshot")
+	}
+	return b
+}
+
+// Usage reads usage.jsonl for the charts and the recent requests, at most
+// once per interval and only when the file changed since.
+type Usage struct {
+	read     func(fn func(rotation.Usage)) error
+	changed  func() string // a stamp of the log: size and mtime
+	interval time.Duration
+
+	mu      sync.Mutex
+	stamp   string
+	lookAt  time.Time
+	records []rotation.Usage // the last 7 days, oldest first
+}
+
+// NewUsage reads with read (rotation.ReadUsage on the home) and re-reads
+// when stamp changes, at most once per interval.
+func NewUsage(read func(fn func(rotation.Usage)) error, stamp func() string, interval time.Duration) *Usage {
+	return &Usage{read: read, changed: stamp, interval: interval}
+}
+
+// UsageView is the usage part of a snapshot.
+type UsageView struct {
+	// Hours are the starts of the 24 hourly buckets, Days of the 7 daily
+	// ones, oldest first; each account's series follow them.
+	Hours    []string       `json:"hours"`
+	Days     []string       `json:"days"`
+	Accounts []AccountUsage `json:"accounts"`
+	Recent   []Recent       `json:"recent"`
+}
+
+// AccountUsage is one account's requests and tokens per bucket.
+type AccountUsage struct {
+	Index          int     `json:"index"`
+	HourRequests   []int   `json:"hour_requests"`
+	HourTokens     []int64 `json:"hour_tokens"`
+	DayRequests    []int   `json:"day_requests"`
+	DayTokens      []int64 `json:"day_tokens"`
+	TotalRequests  int     `json:"total_requests_24h"`
+	TotalTokens24h int64   `json:"total_tokens_24h"`
+}
+
+// Recent is one of the last requests.
+type Recent struct {
+	Time       string `json:"time"`
+	Account    int    `json:"account"` // index, 0 if none or removed
+	Model      string `json:"model"`
+	Status     int    `json:"status"`
+	Code       string `json:"code"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// recentRequests is how many the page lists (SPEC §8).
+const recentRequests = 50
+
+// View buckets the usage log at now; index maps account ids to indexes.
+func (u *Usage) View(now time.Time, index map[string]int) UsageView {
+	recs := u.load(now)
+	hour0 := now.Truncate(time.Hour).Add(-23 * time.Hour)
+	day0 := now.Truncate(24*time.Hour).AddDate(0, 0, -6)
+	v := UsageView{Hours: make([]string, 24), Days: make([]string, 7), Accounts: []AccountUsage{}, Recent: []Recent{}}
+	for i := range v.Hours {
+		v.Hours[i] = hour0.Add(time.Duration(i) * time.Hour).UTC().Format(time.RFC3339)
+	}
+	for i := range v.Days {
+		v.Days[i] = day0.AddDate(0, 0, i).UTC().Format(time.RFC3339)
+	}
+	per := map[int]*AccountUsage{}
+	for _, idx := range index {
+		per[idx] = &AccountUsage{Index: idx, HourRequests: make([]int, 24), HourTokens: make([]int64, 24),
+			DayRequests: make([]int, 7), DayTokens: make([]int64, 7)}
+	}
+	for _, r := range recs {
+		a := per[index[r.AccountID]]
+		if a == nil {
+			continue
+		}
+		var tok int64
+		if r.Tokens != nil {
+			tok = r.Tokens.Total
+		}
+		if h := int(r.Time.Sub(hour0) / time.Hour); h >= 0 && h < 24 {
+			a.HourRequests[h]++
+			a.HourTokens[h] += tok
+			a.TotalRequests++
+			a.TotalTokens24h += tok
+		}
+		if dd := int(r.Time.Sub(day0) / (24 * time.Hour)); dd >= 0 && dd < 7 {
+			a.DayRequests[dd]++
+			a.DayTokens[dd] += tok
+		}
+	}
+	for i := 1; i <= len(index); i++ {
+		if a := per[i]; a != nil {
+			v.Accounts = append(v.Accounts, *a)
+		}
+	}
+	for i := len(recs) - 1; i >= 0 && len(v.Recent) < recentRequests; i-- {
+		r := recs[i]
+		v.Recent = append(v.Recent, Recent{Time: r.Time.UTC().Format(time.RFC3339), Account: index[r.AccountID],
+			Model: r.Model, Status: r.Status, Code: r.ErrorCode(), DurationMS: r.DurMS})
+	}
+	return v
+}
+
+// load returns the last 7 days of records, re-reading the log when it
+// changed and the interval has passed.
+func (u *Usage) load(now time.Time) []rotation.Usage {
+	if u == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if now.Sub(u.lookAt) < u.interval && u.records != nil {
+		return u.records
+	}
+	u.lookAt = now
+	stamp := u.changed()
+	if stamp == u.stamp && u.records != nil {
+		return u.records
+	}
+	since := now.Add(-7 * 24 * time.Hour)
+	recs := []rotation.Usage{}
+	if err := u.read(func(r rotation.Usage) {
+		if r.Time.After(since) {
+			recs = append(recs, r)
+		}
+	}); err != nil {
+		return u.records
+	}
+	u.stamp, u.records = stamp, recs
+	return recs
+}
+
+// Stamp is a cheap stamp of a file for NewUsage: its size and mtime.
+func Stamp(size int64, mod time.Time) string {
+	return strconv.FormatInt(size, 10) + "@" + strconv.FormatInt(mod.UnixNano(), 10)
+}

@@ -1,0 +1,231 @@
+// rotor dashboard: renders the snapshots /dashboard/events streams. Every
+// value goes into the page as text (never as HTML): labels are the user's.
+"use strict";
+
+const COLOURS = ["#0969da", "#8250df", "#2da44e", "#d4762c", "#bf3989", "#1b9aaa", "#8c959f", "#cf222e"];
+let snap = null;
+let skew = 0; // server clock minus ours, so countdowns match the serve's
+let span = "24h";
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+// human is a duration as rotor's CLI prints it (rotation.HumanDuration):
+// 45s, 3m20s, 5h, 5h10m, 9d.
+function human(ms) {
+  const s = Math.round(Math.abs(ms) / 1000);
+  if (s < 60) return s + "s";
+  if (s < 3600) return s % 60 ? `${Math.floor(s / 60)}m${s % 60}s` : `${s / 60}m`;
+  if (s < 48 * 3600) {
+    const m = Math.round(s / 60);
+    return m % 60 ? `${Math.floor(m / 60)}h${m % 60}m` : `${m / 60}h`;
+  }
+  return Math.floor((s + 12 * 3600) / 86400) + "d";
+}
+
+function now() { return Date.now() + skew; }
+
+function until(iso) { return iso ? human(Date.parse(iso) - now()) : ""; }
+
+function ago(iso) { return iso ? human(now() - Date.parse(iso)) + " ago" : "never"; }
+
+function stateClass(state) {
+  const w = state.split(/[: ]/)[0];
+  if (w === "available") return "ok";
+  if (w === "disabled" || w === "flagged") return "bad";
+  return "warn";
+}
+
+function headroom(used) { return used >= 90 ? "bad" : used >= 70 ? "warn" : "ok"; }
+
+// countdown is a span the ticker keeps current.
+function countdown(iso, prefix) {
+  const s = el("span", { "data-until": iso, "data-prefix": prefix });
+  s.textContent = prefix + until(iso);
+  return s;
+}
+
+function quota(name, w) {
+  const box = el("div", { class: "quota" });
+  if (!w) {
+    box.append(el("div", {}, name + ": not seen yet"));
+    return box;
+  }
+  const used = Math.min(100, Math.max(0, w.used_percent));
+  const fill = el("span", { class: headroom(used) });
+  fill.style.width = used + "%";
+  const bar = el("div", { class: "bar", role: "meter", "aria-valuemin": "0", "aria-valuemax": "100",
+    "aria-valuenow": String(Math.round(used)), "aria-label": name + " quota used" }, fill);
+  const line = el("div", {}, name + ": " + Math.round(used) + "% used");
+  if (w.resets_at && Date.parse(w.resets_at) > now()) line.append(", ", countdown(w.resets_at, "resets in "));
+  box.append(line, bar);
+  return box;
+}
+
+async function act(name, index) {
+  const res = await fetch("/dashboard/" + name, {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ index }), credentials: "same-origin",
+  });
+  if (!res.ok) {
+    const body = await res.json().catch(() => ({}));
+    setLive((body.error && body.error.message) || "action failed: " + res.status, true);
+    return;
+  }
+  refresh();
+}
+
+function card(a) {
+  const c = el("article", { class: "card", "data-index": String(a.index) });
+  const title = el("h3", {}, el("span", {}, a.index + ". " + a.label));
+  if (a.pinned) title.append(el("span", { class: "pinmark" }, "pinned"));
+  c.append(title);
+  const dl = el("dl");
+  const row = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
+  const st = el("span", { class: "state " + stateClass(a.state) }, a.state);
+  row("State", st);
+  row("Kind", a.kind);
+  if (a.reason) row("Reason", a.reason);
+  if (a.until) row("Until", countdown(a.until, "in "));
+  row("Health", String(a.health));
+  row("Last used", el("span", { "data-ago": a.last_used || "" }, ago(a.last_used)));
+  c.append(dl);
+  c.append(quota("Primary", a.quota && a.quota.primary), quota("Secondary", a.quota && a.quota.secondary));
+  const buttons = el("div", { class: "actions" });
+  const button = (text, name) => {
+    const b = el("button", { type: "button", "data-action": name }, text);
+    b.addEventListener("click", () => act(name, a.index));
+    buttons.append(b);
+  };
+  if (a.pinned) button("Unpin", "unpin"); else button("Pin", "pin");
+  if (a.enabled) button("Disable", "disable"); else button("Enable", "enable");
+  c.append(buttons);
+  return c;
+}
+
+function label(index) {
+  const a = snap.accounts.find((x) => x.index === index);
+  return a ? index + ". " + a.label : "-";
+}
+
+function chart(id, series, buckets, fmt) {
+  const box = document.getElementById(id);
+  const W = 600, H = 160;
+  const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
+  const n = buckets.length;
+  const totals = buckets.map((_, i) => series.reduce((t, a) => t + a.values[i], 0));
+  const max = Math.max(1, ...totals);
+  const bw = W / n;
+  let sum = 0;
+  for (let i = 0; i < n; i++) {
+    let y = H;
+    series.forEach((a, k) => {
+      const v = a.values[i];
+      if (!v) return;
+      const h = (v / max) * (H - 4);
+      y -= h;
+      sum += v;
+      const r = svg("rect", { x: i * bw + 1, y, width: Math.max(1, bw - 2), height: h, fill: COLOURS[k % COLOURS.length], "data-series": String(a.index) });
+      const t = svg("title");
+      t.textContent = `${label(a.index)}: ${fmt(v)}`;
+      r.append(t);
+      s.append(r);
+    });
+  }
+  const when = (iso) => {
+    const d = new Date(iso);
+    return span === "24h" ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : d.toLocaleDateString([], { month: "short", day: "numeric" });
+  };
+  // Labels are HTML beside the drawing: the SVG stretches to the width,
+  // and text inside it would stretch too.
+  const axis = el("div", { class: "axis" }, el("span", {}, when(buckets[0])), el("span", {}, "max " + fmt(max) + " per " + (span === "24h" ? "hour" : "day")), el("span", {}, when(buckets[n - 1])));
+  s.setAttribute("aria-label", `${box.previousElementSibling ? box.previousElementSibling.textContent : id}, ${span}: ${fmt(sum)} in all`);
+  box.replaceChildren(s, axis);
+}
+
+function compact(v) {
+  return v >= 1e6 ? (v / 1e6).toFixed(1) + "M" : v >= 1e3 ? (v / 1e3).toFixed(1) + "k" : String(v);
+}
+
+function renderCharts() {
+  const u = snap.usage;
+  const day = span === "7d";
+  const buckets = day ? u.days : u.hours;
+  chart("chart-requests", u.accounts.map((a) => ({ index: a.index, values: day ? a.day_requests : a.hour_requests })), buckets, String);
+  chart("chart-tokens", u.accounts.map((a) => ({ index: a.index, values: day ? a.day_tokens : a.hour_tokens })), buckets, compact);
+  const legend = document.getElementById("legend");
+  legend.replaceChildren(...u.accounts.map((a, k) => {
+    const sw = el("i");
+    sw.style.background = COLOURS[k % COLOURS.length];
+    return el("span", {}, sw, label(a.index));
+  }));
+}
+
+function render() {
+  const pin = document.getElementById("pin");
+  pin.textContent = snap.pinned_account_index
+    ? `Pinned: account ${label(snap.pinned_account_index)} (${snap.pin_source}); the others wait until it is unpinned.`
+    : "Pinned: no (rotating between accounts)";
+  const next = document.getElementById("next");
+  next.textContent = snap.next.index ? `Next: account ${label(snap.next.index)} (${snap.next.reason})` : `Next: none: ${snap.next.reason}`;
+  const box = document.getElementById("accounts");
+  box.replaceChildren(...(snap.accounts.length ? snap.accounts.map(card)
+    : [el("p", {}, "No accounts yet. Add one with \"rotor import codex\", \"rotor login\" or \"rotor add-key\".")]));
+  renderCharts();
+  const body = document.querySelector("#recent tbody");
+  body.replaceChildren(...snap.usage.recent.map((r) => el("tr", {},
+    el("td", {}, new Date(r.time).toLocaleTimeString()), el("td", {}, label(r.account)), el("td", {}, r.model || "-"),
+    el("td", { class: r.status >= 400 ? "error" : "" }, String(r.status)), el("td", {}, r.code || "-"),
+    el("td", {}, r.duration_ms + " ms"))));
+}
+
+function tick() {
+  document.querySelectorAll("[data-until]").forEach((s) => { s.textContent = s.dataset.prefix + until(s.dataset.until); });
+  document.querySelectorAll("[data-ago]").forEach((s) => { s.textContent = ago(s.dataset.ago); });
+}
+
+function take(json) {
+  snap = JSON.parse(json);
+  skew = Date.parse(snap.now) - Date.now();
+  render();
+  document.body.dataset.updated = snap.now;
+}
+
+function setLive(text, bad) {
+  const live = document.getElementById("live");
+  live.textContent = text;
+  live.className = "live" + (bad ? " error" : " on");
+}
+
+async function refresh() {
+  const res = await fetch("/dashboard/state", { credentials: "same-origin" });
+  if (res.ok) take(await res.text());
+}
+
+function connect() {
+  const es = new EventSource("/dashboard/events");
+  es.onmessage = (e) => { take(e.data); setLive("live"); };
+  es.onerror = () => setLive("reconnecting…", true);
+}
+
+for (const [id, value] of [["span-24h", "24h"], ["span-7d", "7d"]]) {
+  document.getElementById(id).addEventListener("click", () => {
+    span = value;
+    document.querySelectorAll(".tabs button").forEach((b) => b.setAttribute("aria-pressed", String(b.id === id)));
+    if (snap) renderCharts();
+  });
+}
+setInterval(tick, 1000);
+connect();
