@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -460,4 +461,112 @@ func SummarizeUsage(dir string, now time.Time, windows []UsageWindow) (UsageRepo
 	})
 	rep.Skipped = int64(skipped)
 	return rep, err
+}
+
+// UsageTail follows a home's usage log: each Read delivers only the
+// records appended since the last one, so a reader that keeps running
+// sums (the dashboard) costs as little as the writes it follows, however
+// long the log. It is not safe for concurrent use.
+type UsageTail struct {
+	dir string
+	f   *os.File
+	off int64 // bytes of f consumed: whole lines only
+}
+
+// NewUsageTail follows dir's usage log from its beginning.
+func NewUsageTail(dir string) *UsageTail { return &UsageTail{dir: dir} }
+
+// Read calls fn with every whole record appended since the last Read,
+// across one rotation of the log. When it must start over (the first
+// Read, or more than one rotation since), it first calls reset: fn then
+// starts again from the oldest record the log holds, the rotated-out file
+// included, and the caller drops what it summed before. A line still
+// being written is left for the next Read.
+func (t *UsageTail) Read(reset func(), fn func(Usage)) error {
+	cur, err := os.Open(filepath.Join(t.dir, UsageFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if t.f != nil {
+			reset()
+		}
+		return t.Close()
+	}
+	if err != nil {
+		return err
+	}
+	old, _ := os.Open(filepath.Join(t.dir, UsageOldFile))
+	if old != nil {
+		defer old.Close()
+	}
+	switch {
+	case t.f != nil && sameOpenFile(t.f, cur):
+		cur.Close()
+	case t.f != nil && old != nil && sameOpenFile(t.f, old):
+		// Rotated once since the last Read: finish the file followed so
+		// far, then follow the new one from its start. Nothing is read
+		// twice, so the caller keeps its sums. (A writer that had not
+		// noticed the rotation may still add a line to the old file
+		// later; that line is not seen, as the UsageLog doc allows.)
+		n, err := readWholeLines(io.NewSectionReader(t.f, t.off, math.MaxInt64-t.off), fn)
+		t.off += n
+		if err != nil {
+			cur.Close()
+			return err
+		}
+		t.f.Close()
+		t.f, t.off = cur, 0
+	default:
+		// First Read, or the file followed is gone: start over.
+		t.Close()
+		reset()
+		if old != nil && !sameOpenFile(old, cur) {
+			readUsageLines(old, fn)
+		}
+		t.f, t.off = cur, 0
+	}
+	n, err := readWholeLines(io.NewSectionReader(t.f, t.off, math.MaxInt64-t.off), fn)
+	t.off += n
+	return err
+}
+
+// Close releases the log file.
+func (t *UsageTail) Close() error {
+	if t.f == nil {
+		return nil
+	}
+	err := t.f.Close()
+	t.f, t.off = nil, 0
+	return err
+}
+
+// readWholeLines is readUsageLines for a file still being appended to: it
+// stops before a last line that has no newline yet and returns how many
+// bytes it consumed.
+func readWholeLines(r io.Reader, fn func(Usage)) (consumed int64, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	long := false // inside a line longer than the buffer: skipped
+	for {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			consumed += int64(len(line))
+			long = true
+			continue
+		case err == io.EOF:
+			if long {
+				consumed += int64(len(line)) // the rest of a skipped line
+			}
+			return consumed, nil
+		case err != nil:
+			return consumed, err
+		}
+		consumed += int64(len(line))
+		if long {
+			long = false
+			continue
+		}
+		var u Usage
+		if len(line) > 1 && json.Unmarshal(line, &u) == nil && !u.Time.IsZero() {
+			fn(u)
+		}
+	}
 }

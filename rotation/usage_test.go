@@ -273,3 +273,82 @@ func BenchmarkUsageAppend(b *testing.B) {
 		log.Append(rec)
 	}
 }
+
+// A UsageTail delivers each record once: what was appended since the last
+// Read, never a line still being written, and everything again (after a
+// reset) once the log rotates.
+func TestUsageTail(t *testing.T) {
+	dir := t.TempDir()
+	tail := NewUsageTail(dir)
+	defer tail.Close()
+	var got []string
+	resets := 0
+	read := func() {
+		t.Helper()
+		if err := tail.Read(func() { resets++; got = nil }, func(u Usage) { got = append(got, u.RequestID) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read() // no log yet
+	if resets != 0 || len(got) != 0 {
+		t.Fatalf("empty home: %d resets, %v", resets, got)
+	}
+	log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 600, CheckEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	rec := func(id string) Usage { return Usage{Time: time.Now(), RequestID: id, AccountID: "a", Status: 200} }
+	log.Append(rec("r1"))
+	log.Append(rec("r2"))
+	read()
+	if resets != 1 || strings.Join(got, ",") != "r1,r2" {
+		t.Fatalf("first read: %d resets, %v", resets, got)
+	}
+	// A line being written is left for later, then read whole.
+	f, err := os.OpenFile(filepath.Join(dir, UsageFile), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := json.Marshal(rec("r3"))
+	f.Write(line[:10])
+	read()
+	if strings.Join(got, ",") != "r1,r2" {
+		t.Fatalf("a half-written line was read: %v", got)
+	}
+	f.Write(append(line[10:], '\n'))
+	f.Close()
+	read()
+	if strings.Join(got, ",") != "r1,r2,r3" || resets != 1 {
+		t.Fatalf("after the line was finished: %d resets, %v", resets, got)
+	}
+	read()
+	if len(got) != 3 {
+		t.Fatalf("a record was delivered twice: %v", got)
+	}
+	// Past MaxBytes the log rotates: the tail finishes the old file and
+	// follows the new one, with no reset and nothing delivered twice.
+	var want []string
+	want = append(want, got...)
+	for i := 4; i < 40; i++ {
+		id := fmt.Sprintf("r%d", i)
+		want = append(want, id)
+		log.Append(rec(id))
+		read()
+	}
+	if _, err := os.Stat(filepath.Join(dir, UsageOldFile)); err != nil {
+		t.Fatal("the log never rotated")
+	}
+	if resets != 1 || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("across rotations: %d resets\n got %v\nwant %v", resets, got, want)
+	}
+	// Two rotations between Reads: the file followed is gone, so the tail
+	// starts over from what the log still holds, and says so.
+	for i := 40; i < 60; i++ {
+		log.Append(rec(fmt.Sprintf("r%d", i)))
+	}
+	read()
+	if resets != 2 || got[len(got)-1] != "r59" {
+		t.Fatalf("after two rotations: %d resets, %v", resets, got)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rotorproxy/rotor/proxy/dashboard"
 )
 
 type config struct {
@@ -24,6 +26,9 @@ type config struct {
 	duration time.Duration
 	rounds   int
 	only     string
+	// dashboard keeps a dashboard page's live stream open on rotor: what
+	// it costs the request path shows as a difference between runs.
+	dashboard bool
 }
 
 // clientKey is rotor's client key for the run (ROTOR_CLIENT_KEY).
@@ -91,6 +96,14 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		return fmt.Errorf("rotor: %w", err)
 	}
 	defer rotor.kill()
+	if cfg.dashboard {
+		stop, err := openDashboard(ctx, strings.TrimSuffix(rotor.line, "/v1"))
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		defer stop()
+		fmt.Fprintln(log, "rotor-bench: a dashboard page is open on rotor for the whole run")
+	}
 	peers := []peer{
 		{name: "direct", base: up.url + "/v1"},
 		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
@@ -422,4 +435,38 @@ func peakRSS(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// openDashboard logs in to rotor's dashboard as a browser would and reads
+// its live stream until stop, as an open page does.
+func openDashboard(ctx context.Context, base string) (stop func(), err error) {
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(dashboard.LoginURL(base, clientKey, time.Now()))
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	cookie := strings.SplitN(resp.Header.Get("Set-Cookie"), ";", 2)[0]
+	if resp.StatusCode != http.StatusSeeOther || cookie == "" {
+		return nil, fmt.Errorf("login answered %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/dashboard/events", nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("Cookie", cookie)
+	ev, err := http.DefaultClient.Do(req)
+	if err != nil || ev.StatusCode != 200 {
+		cancel()
+		return nil, fmt.Errorf("events: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(io.Discard, ev.Body)
+		ev.Body.Close()
+	}()
+	return func() { cancel(); <-done }, nil
 }

@@ -28,6 +28,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 4*time.Second, "how long each closed-loop scenario runs per peer")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "how many times each scenario runs per peer (the best run counts)")
 	flag.StringVar(&cfg.only, "only", "", "run only scenarios whose name contains this")
+	flag.BoolVar(&cfg.dashboard, "dashboard", false, "keep rotor's dashboard open (logged in, its live stream read) during the run")
 	peer := flag.String("peer", "", "internal: run as the naive proxy in front of this upstream URL")
 	flag.Parse()
 	if *peer != "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"html"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,23 +11,6 @@ import (
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/rotation"
 )
-
-// dashboardUsage reads dir's usage log for the dashboard: again only when
-// usage.jsonl changed, and at most every few seconds.
-func dashboardUsage(dir string) *dashboard.Usage {
-	read := func(fn func(rotation.Usage)) error {
-		_, err := rotation.ReadUsage(dir, fn)
-		return err
-	}
-	stamp := func() string {
-		fi, err := os.Stat(filepath.Join(dir, rotation.UsageFile))
-		if err != nil {
-			return ""
-		}
-		return dashboard.Stamp(fi.Size(), fi.ModTime())
-	}
-	return dashboard.NewUsage(read, stamp, 2*time.Second)
-}
 
 func cmdDashboard(a *app, args []string) error {
 	fs := a.flags()

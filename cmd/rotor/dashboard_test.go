@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,37 @@ func TestDashboardOnTheWire(t *testing.T) {
 	}
 	if resp, _ := d.do(t, wireReq{method: "POST", path: "/dashboard/disable", body: `{"index":1}`, cookie: cookie, origin: d.base}); resp.StatusCode != 200 || d.h.pool().At(1).Enabled {
 		t.Errorf("disable 1: %d, enabled %v", resp.StatusCode, d.h.pool().At(1).Enabled)
+	}
+}
+
+// rotor dashboard --open hands the browser a 0600 page in the home that
+// redirects to the link: the one-time token is never in another
+// program's argv.
+func TestDashboardOpenKeepsTheTokenOutOfArgv(t *testing.T) {
+	d := newDashboardPool(t)
+	bin := t.TempDir()
+	args := filepath.Join(bin, "args")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + args + "\n"
+	if err := os.WriteFile(filepath.Join(bin, "xdg-open"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.h.setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	r := d.h.ok("", "dashboard", "--open")
+	link := strings.TrimSpace(r.stdout)
+	var argv []byte
+	for deadline := time.Now().Add(5 * time.Second); len(argv) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		argv, _ = os.ReadFile(args)
+	}
+	page := strings.TrimSpace(string(argv))
+	if page != d.h.path("dashboard-open.html") || strings.Contains(string(argv), "token") {
+		t.Fatalf("the browser was started with %q", argv)
+	}
+	fi, err := os.Stat(page)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("redirect page: %v %v", fi, err)
+	}
+	html, _ := os.ReadFile(page)
+	if !strings.Contains(string(html), `content="0;url=`+link+`"`) {
+		t.Errorf("redirect page does not lead to the link: %s", html)
 	}
 }

@@ -158,7 +158,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
 		Refresher: newRefresher(a, st, sec),
 		Pages: dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
-			Usage: dashboardUsage(st.Dir())}),
+			Usage: dashboard.NewUsage(rotation.NewUsageTail(st.Dir()), 2*time.Second)}),
 	})
 	if err != nil {
 		return nil, err

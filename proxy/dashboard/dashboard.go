@@ -14,7 +14,6 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -318,23 +317,36 @@ func (d *Dashboard) snapshot() []byte {
 	return b
 }
 
-// Usage reads usage.jsonl for the charts and the recent requests, at most
-// once per interval and only when the file changed since.
+// Usage keeps the running sums the charts and the recent requests need:
+// requests and tokens per account per hour for the last 7 days, and the
+// last 50 records. It follows the usage log (rotation.UsageTail), reading
+// only what was appended, at most once per interval: however long the log
+// and however busy the proxy, the dashboard holds a few kilobytes per
+// account and reads each record once.
 type Usage struct {
-	read     func(fn func(rotation.Usage)) error
-	changed  func() string // a stamp of the log: size and mtime
+	tail     Tail
 	interval time.Duration
 
-	mu      sync.Mutex
-	stamp   string
-	lookAt  time.Time
-	records []rotation.Usage // the last 7 days, oldest first
+	mu     sync.Mutex
+	lookAt time.Time
+	hours  map[string]map[int64]*bucket // account id -> hour (Unix seconds) -> sums
+	recent [recentRequests]rotation.Usage
+	n      int // records ever put in recent
 }
 
-// NewUsage reads with read (rotation.ReadUsage on the home) and re-reads
-// when stamp changes, at most once per interval.
-func NewUsage(read func(fn func(rotation.Usage)) error, stamp func() string, interval time.Duration) *Usage {
-	return &Usage{read: read, changed: stamp, interval: interval}
+// Tail is the usage log read incrementally: *rotation.UsageTail.
+type Tail interface {
+	Read(reset func(), fn func(rotation.Usage)) error
+}
+
+type bucket struct {
+	requests int
+	tokens   int64
+}
+
+// NewUsage follows tail, reading it at most once per interval.
+func NewUsage(tail Tail, interval time.Duration) *Usage {
+	return &Usage{tail: tail, interval: interval, hours: map[string]map[int64]*bucket{}}
 }
 
 // UsageView is the usage part of a snapshot.
@@ -371,9 +383,8 @@ type Recent struct {
 // recentRequests is how many the page lists (SPEC §8).
 const recentRequests = 50
 
-// View buckets the usage log at now; index maps account ids to indexes.
+// View buckets the usage at now; index maps account ids to indexes.
 func (u *Usage) View(now time.Time, index map[string]int) UsageView {
-	recs := u.load(now)
 	hour0 := now.Truncate(time.Hour).Add(-23 * time.Hour)
 	day0 := now.Truncate(24*time.Hour).AddDate(0, 0, -6)
 	v := UsageView{Hours: make([]string, 24), Days: make([]string, 7), Accounts: []AccountUsage{}, Recent: []Recent{}}
@@ -383,74 +394,85 @@ func (u *Usage) View(now time.Time, index map[string]int) UsageView {
 	for i := range v.Days {
 		v.Days[i] = day0.AddDate(0, 0, i).UTC().Format(time.RFC3339)
 	}
-	per := map[int]*AccountUsage{}
-	for _, idx := range index {
-		per[idx] = &AccountUsage{Index: idx, HourRequests: make([]int, 24), HourTokens: make([]int64, 24),
+	if u == nil {
+		return v
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.update(now)
+	per := make([]*AccountUsage, len(index)+1)
+	for id, idx := range index {
+		a := &AccountUsage{Index: idx, HourRequests: make([]int, 24), HourTokens: make([]int64, 24),
 			DayRequests: make([]int, 7), DayTokens: make([]int64, 7)}
-	}
-	for _, r := range recs {
-		a := per[index[r.AccountID]]
-		if a == nil {
-			continue
-		}
-		var tok int64
-		if r.Tokens != nil {
-			tok = r.Tokens.Total
-		}
-		if h := int(r.Time.Sub(hour0) / time.Hour); h >= 0 && h < 24 {
-			a.HourRequests[h]++
-			a.HourTokens[h] += tok
-			a.TotalRequests++
-			a.TotalTokens24h += tok
-		}
-		if dd := int(r.Time.Sub(day0) / (24 * time.Hour)); dd >= 0 && dd < 7 {
-			a.DayRequests[dd]++
-			a.DayTokens[dd] += tok
+		per[idx] = a
+		for h, b := range u.hours[id] {
+			at := time.Unix(h, 0)
+			if i := int(at.Sub(hour0) / time.Hour); i >= 0 && i < 24 {
+				a.HourRequests[i] += b.requests
+				a.HourTokens[i] += b.tokens
+				a.TotalRequests += b.requests
+				a.TotalTokens24h += b.tokens
+			}
+			if i := int(at.Sub(day0) / (24 * time.Hour)); i >= 0 && i < 7 {
+				a.DayRequests[i] += b.requests
+				a.DayTokens[i] += b.tokens
+			}
 		}
 	}
-	for i := 1; i <= len(index); i++ {
-		if a := per[i]; a != nil {
+	for _, a := range per {
+		if a != nil {
 			v.Accounts = append(v.Accounts, *a)
 		}
 	}
-	for i := len(recs) - 1; i >= 0 && len(v.Recent) < recentRequests; i-- {
-		r := recs[i]
+	for i := u.n - 1; i >= 0 && i >= u.n-recentRequests; i-- {
+		r := &u.recent[i%recentRequests]
 		v.Recent = append(v.Recent, Recent{Time: r.Time.UTC().Format(time.RFC3339), Account: index[r.AccountID],
 			Model: r.Model, Status: r.Status, Code: r.ErrorCode(), DurationMS: r.DurMS})
 	}
 	return v
 }
 
-// load returns the last 7 days of records, re-reading the log when it
-// changed and the interval has passed.
-func (u *Usage) load(now time.Time) []rotation.Usage {
-	if u == nil {
-		return nil
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if now.Sub(u.lookAt) < u.interval && u.records != nil {
-		return u.records
+// update reads what the log gained, at most once per interval, and drops
+// the hours that fell out of the last 7 days. Callers hold mu.
+func (u *Usage) update(now time.Time) {
+	if !u.lookAt.IsZero() && now.Sub(u.lookAt) < u.interval {
+		return
 	}
 	u.lookAt = now
-	stamp := u.changed()
-	if stamp == u.stamp && u.records != nil {
-		return u.records
-	}
-	since := now.Add(-7 * 24 * time.Hour)
-	recs := []rotation.Usage{}
-	if err := u.read(func(r rotation.Usage) {
-		if r.Time.After(since) {
-			recs = append(recs, r)
+	since := now.Add(-7*24*time.Hour - time.Hour).Unix()
+	add := func(r rotation.Usage) {
+		h := r.Time.Truncate(time.Hour).Unix()
+		if h < since {
+			return
 		}
-	}); err != nil {
-		return u.records
+		byHour := u.hours[r.AccountID]
+		if byHour == nil {
+			byHour = map[int64]*bucket{}
+			u.hours[r.AccountID] = byHour
+		}
+		b := byHour[h]
+		if b == nil {
+			b = &bucket{}
+			byHour[h] = b
+		}
+		b.requests++
+		if r.Tokens != nil {
+			b.tokens += r.Tokens.Total
+		}
+		u.recent[u.n%recentRequests] = r
+		u.n++
 	}
-	u.stamp, u.records = stamp, recs
-	return recs
-}
-
-// Stamp is a cheap stamp of a file for NewUsage: its size and mtime.
-func Stamp(size int64, mod time.Time) string {
-	return strconv.FormatInt(size, 10) + "@" + strconv.FormatInt(mod.UnixNano(), 10)
+	// A reset means the log starts over (first read, or rotated): what
+	// was summed is read again, so it is dropped first.
+	u.tail.Read(func() { clear(u.hours); u.n = 0 }, add)
+	for id, byHour := range u.hours {
+		for h := range byHour {
+			if h < since {
+				delete(byHour, h)
+			}
+		}
+		if len(byHour) == 0 {
+			delete(u.hours, id)
+		}
+	}
 }
