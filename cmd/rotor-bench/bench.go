@@ -283,7 +283,9 @@ func table(w io.Writer, sc scenario, rs []*result) {
 	d, n, r := rs[0], rs[1], rs[2]
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.2f ms", float64(x.Microseconds())/1000) }
 	ratio := func(a, b float64) string {
-		if b == 0 {
+		// An added latency below zero is the direct run's own noise at
+		// that percentile: no ratio means anything then.
+		if b <= 0 || a < 0 {
 			return "-"
 		}
 		return fmt.Sprintf("%.2fx", a/b)
