@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,17 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
+
+// browserRun is what became of the browser test, for "make test"'s last
+// lines (browserReport): a skip deep in go test's output is easy to miss.
+var browserRun atomic.Value // string
+
+func browserReport() string {
+	if s, ok := browserRun.Load().(string); ok {
+		return "dashboard browser test: " + s + "\n"
+	}
+	return "dashboard browser test: not run (filtered out by -run)\n"
+}
 
 // chromium finds Debian's Chromium (.ci/run installs it).
 func chromium(t *testing.T) string {
@@ -23,7 +35,9 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Chromium on this machine (apt-get install chromium; .ci/run does): the dashboard's browser test cannot run")
+	const why = "no Chromium on this machine (apt-get install chromium; .ci/run does)"
+	browserRun.Store("SKIPPED: " + why)
+	t.Skip(why + ": the dashboard's browser test cannot run")
 	return ""
 }
 
@@ -35,6 +49,13 @@ func chromium(t *testing.T) string {
 // saved under .cache/.
 func TestDashboardInABrowser(t *testing.T) {
 	bin := chromium(t)
+	defer func() {
+		if t.Failed() {
+			browserRun.Store("FAILED")
+		} else {
+			browserRun.Store("ran in headless Chromium; screenshots in .cache/")
+		}
+	}()
 	d := newDashboardPool(t)
 	link := d.login(t)
 

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if path := os.Getenv("ROTOR_E2E_REPORT"); path != "" {
-		os.WriteFile(path, []byte(e2eReport()), 0o644)
+		os.WriteFile(path, []byte(e2eReport()+browserReport()), 0o644)
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
