@@ -19,9 +19,13 @@ test:
 	  echo; cat bin/e2e-report 2>/dev/null || echo "end-to-end client tests: no report (cmd/rotor's tests did not finish)"; \
 	  exit $$status
 
+# gofmt, then go build and go vet (tests included) for every OS rotor ships
+# to: Codex CLI's users run Linux, macOS and Windows.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GOOS=darwin $(GO) build ./... && GOOS=darwin $(GO) vet ./...
+	GOOS=windows $(GO) build ./... && GOOS=windows $(GO) vet ./...
 
 # Speed and memory targets live here, not in timed unit tests.
 bench:

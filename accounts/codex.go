@@ -11,7 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 
 	rerr "github.com/rotorproxy/rotor/errors"
 )
@@ -103,7 +103,7 @@ func WriteCodexTokens(path, spent string, t CodexTokens, now time.Time) (written
 			return false, err
 		}
 	}
-	if err := homefs.WriteFileMode(path, data, fi.Mode().Perm()); err != nil {
+	if err := home.WriteFileMode(path, data, fi.Mode().Perm()); err != nil {
 		return false, err
 	}
 	return true, nil

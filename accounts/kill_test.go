@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // writerEnv makes the test binary a store writer (see TestHelperStoreWriter).
@@ -152,8 +152,8 @@ func TestKillDuringUpdate(t *testing.T) {
 		for _, e := range ents {
 			name := e.Name()
 			switch {
-			case name == FileName || name == ".lock":
-			case strings.HasPrefix(name, FileName+".bak"):
+			case name == home.AccountsFile || name == ".lock":
+			case strings.HasPrefix(name, home.AccountsFile+".bak"):
 				b, err := os.ReadFile(filepath.Join(dir, name))
 				if err != nil {
 					t.Fatal(err)
@@ -161,8 +161,8 @@ func TestKillDuringUpdate(t *testing.T) {
 				if _, err := Parse(name, b); err != nil {
 					t.Errorf("round %d: backup %s does not parse: %v", round, name, err)
 				}
-			case strings.HasPrefix(name, "."+FileName+".tmp-") ||
-				strings.HasPrefix(name, "."+filepath.Base(homefs.BackupName(FileName, 0))+".tmp-"):
+			case strings.HasPrefix(name, "."+home.AccountsFile+".tmp-") ||
+				strings.HasPrefix(name, "."+filepath.Base(home.BackupName(home.AccountsFile, 0))+".tmp-"):
 				// an interrupted write: hidden, never read as the store
 			default:
 				t.Errorf("round %d: unexpected file %s in the home", round, name)

@@ -14,10 +14,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
@@ -147,24 +146,18 @@ type Store struct {
 	LockTimeout time.Duration
 }
 
-// FileName is the store's file name inside the home directory.
-const FileName = "accounts.json"
-
-// LockFile is the store's cross-process lock in the home directory.
-const LockFile = ".lock"
-
 // Backups is how many rotating backups of accounts.json are kept.
 const Backups = 3
 
 // Open returns the store in dir, creating dir (mode 0700) if needed.
 func Open(dir string) (*Store, error) {
-	if err := homefs.EnsureDir(dir); err != nil {
+	if err := home.EnsureDir(dir); err != nil {
 		return nil, fmt.Errorf("cannot prepare rotor home %s: %w", dir, err)
 	}
 	return &Store{
 		dir:         dir,
-		path:        filepath.Join(dir, FileName),
-		lock:        filepath.Join(dir, LockFile),
+		path:        filepath.Join(dir, home.AccountsFile),
+		lock:        filepath.Join(dir, home.AccountsLock),
 		LockTimeout: 15 * time.Second,
 	}, nil
 }
@@ -224,7 +217,7 @@ func Parse(path string, data []byte) (*Pool, error) {
 // result too. If fn returns an error nothing
 // is written. An unreadable store is reported and left untouched.
 func (s *Store) Update(fn func(*Pool) error) (*Pool, error) {
-	l, err := homefs.LockFile(s.lock, false, s.LockTimeout)
+	l, err := home.LockFile(s.lock, false, s.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -241,38 +234,16 @@ func (s *Store) Update(fn func(*Pool) error) (*Pool, error) {
 		return nil, err
 	}
 	data = append(data, '\n')
-	if err := homefs.WriteFile(s.path, data); err != nil {
+	if err := home.WriteFile(s.path, data); err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", s.path, err)
 	}
 	// Backed up after the write, so the newest backup always holds the
 	// current good state (SPEC §2): restoring it loses nothing. A crash
 	// in between leaves the previous state there, which is still good.
-	if err := homefs.Rotate(s.path, Backups); err != nil {
+	if err := home.Rotate(s.path, Backups); err != nil {
 		return nil, fmt.Errorf("cannot back up %s: %w", s.path, err)
 	}
 	return p, nil
-}
-
-// Stamp identifies one version of a file cheaply (modification time and
-// size), so watchers can tell a change without reading the file.
-type Stamp struct {
-	ModTime time.Time
-	Size    int64
-	Inode   uint64 // atomic writes rename a new file in, so the inode changes too
-	Exists  bool
-}
-
-// StatStamp returns the stamp of path.
-func StatStamp(path string) Stamp {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Stamp{}
-	}
-	st := Stamp{ModTime: fi.ModTime(), Size: fi.Size(), Exists: true}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.Inode = sys.Ino
-	}
-	return st
 }
 
 // NewID returns a fresh random account id.

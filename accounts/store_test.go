@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
@@ -150,7 +150,7 @@ func TestUpdateKeepsThreeBackupsNewestFirst(t *testing.T) {
 		// After update i, .bak holds version i (the current good state),
 		// .bak.1 version i-1, .bak.2 version i-2 (SPEC §2).
 		for b := range Backups {
-			name := homefs.BackupName(st.Path(), b)
+			name := home.BackupName(st.Path(), b)
 			got, err := os.ReadFile(name)
 			if prev := i - b; prev < 0 {
 				if !errors.Is(err, os.ErrNotExist) {
@@ -164,7 +164,7 @@ func TestUpdateKeepsThreeBackupsNewestFirst(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(homefs.BackupName(st.Path(), Backups)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(home.BackupName(st.Path(), Backups)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a fourth backup exists (stat error %v)", err)
 	}
 }
@@ -446,7 +446,7 @@ func TestUpdateHoldsLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshot(t, st.Dir())
-	l, err := homefs.LockFile(filepath.Join(st.Dir(), ".lock"), false, time.Second)
+	l, err := home.LockFile(filepath.Join(st.Dir(), ".lock"), false, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

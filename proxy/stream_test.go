@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -184,7 +185,7 @@ func waitUsage(t *testing.T, e *env, n int) []rotation.Usage {
 
 func readUsage(t *testing.T, dir string) []rotation.Usage {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, rotation.UsageFile))
+	data, err := os.ReadFile(filepath.Join(dir, home.UsageFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,25 @@ func ModelsURL(chatgptBase, openaiBase string, a *accounts.Account) string {
 	cfg.defaults()
 	ad := adapters[a.Kind]
 	return strings.TrimRight(ad.base(&cfg, a), "/") + ad.paths[opModels]
+}
+
+// Prober builds an account's probe for `rotor verify-flagged`: its models
+// list, with the headers this proxy would send, so a probe passes exactly
+// when a request through rotor would. ChatGPTBase and OpenAIBase default
+// as in Config.
+type Prober struct{ ChatGPTBase, OpenAIBase string }
+
+// ProbeRequest is a's probe, carrying sec only in its headers.
+func (p Prober) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ModelsURL(p.ChatGPTBase, p.OpenAIBase, a), nil)
+	if err != nil {
+		return nil, err
+	}
+	if sec != nil {
+		SetAccountHeaders(req.Header, a, sec)
+	}
+	req.Header.Set("Accept", "application/json")
+	return req, nil
 }
 
 // dropRequestHeaders never reach an upstream: hop-by-hop headers, the

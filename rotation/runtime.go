@@ -9,8 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // Failover timings of SPEC §4.
@@ -24,13 +23,6 @@ const (
 	CircuitWindow        = 60 * time.Second
 	CircuitFailures      = 3
 	CircuitOpen          = 30 * time.Second
-)
-
-// StateFile is the shared runtime state's file name in ROTOR_HOME, and
-// StateLockFile the lock its writers take.
-const (
-	StateFile     = "state.json"
-	StateLockFile = ".state.lock"
 )
 
 type stateFile struct {
@@ -93,7 +85,7 @@ type Runtime struct {
 	mu    sync.Mutex
 	m     map[string]*entry
 	dirty bool
-	stamp accounts.Stamp
+	stamp home.Stamp
 }
 
 // NewRuntime returns the runtime state kept in dir/state.json. It reads
@@ -101,8 +93,8 @@ type Runtime struct {
 func NewRuntime(dir string, clock Clock) *Runtime {
 	return &Runtime{
 		clock: clock,
-		path:  filepath.Join(dir, StateFile),
-		lock:  filepath.Join(dir, StateLockFile),
+		path:  filepath.Join(dir, home.StateFile),
+		lock:  filepath.Join(dir, home.StateLock),
 		m:     make(map[string]*entry),
 	}
 }
@@ -257,7 +249,7 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 	r.mu.Lock()
 	dirty := r.dirty
 	r.mu.Unlock()
-	stamp := accounts.StatStamp(r.path)
+	stamp := home.StatStamp(r.path)
 	if !dirty {
 		r.mu.Lock()
 		same := stamp == r.stamp
@@ -283,7 +275,7 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 		r.mu.Unlock()
 		return nil
 	}
-	l, err := homefs.LockFile(r.lock, false, 5*time.Second)
+	l, err := home.LockFile(r.lock, false, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -307,14 +299,14 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 	if err != nil {
 		return err
 	}
-	if err := homefs.WriteFile(r.path, append(data, '\n')); err != nil {
+	if err := home.WriteFile(r.path, append(data, '\n')); err != nil {
 		r.mu.Lock()
 		r.dirty = true
 		r.mu.Unlock()
 		return fmt.Errorf("cannot write %s: %w", r.path, err)
 	}
 	r.mu.Lock()
-	r.stamp = accounts.StatStamp(r.path)
+	r.stamp = home.StatStamp(r.path)
 	r.mu.Unlock()
 	return nil
 }

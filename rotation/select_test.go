@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // Unit tests of selection (SPEC §4 Selection) with a fake clock and an
@@ -99,7 +100,7 @@ func (f *fixture) setStates(states map[string]*AccountState) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(f.dir, StateFile), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(f.dir, home.StateFile), data, 0o600); err != nil {
 		f.t.Fatal(err)
 	}
 	if err := f.rt.Sync(nil); err != nil {

@@ -12,14 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rotorproxy/rotor/accounts/homefs"
-)
-
-// UsageFile is the usage log's file name in ROTOR_HOME; UsageOldFile is the
-// one rotated-out generation kept beside it.
-const (
-	UsageFile    = "usage.jsonl"
-	UsageOldFile = UsageFile + ".1"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // Usage log rotation defaults. 8 MiB is tens of thousands of requests, so
@@ -30,10 +23,6 @@ const (
 	DefaultUsageCheckEvery    = 64
 	DefaultUsageCheckInterval = time.Second
 )
-
-// UsageLockFile serializes rotations of usage.jsonl across rotor processes;
-// appends never take it.
-const UsageLockFile = ".usage.lock"
 
 // Tokens are the token counts of one response.
 type Tokens struct {
@@ -136,9 +125,9 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 		opt.CheckInterval = DefaultUsageCheckInterval
 	}
 	u := &UsageLog{
-		path: filepath.Join(dir, UsageFile),
-		old:  filepath.Join(dir, UsageOldFile),
-		lock: filepath.Join(dir, UsageLockFile),
+		path: filepath.Join(dir, home.UsageFile),
+		old:  filepath.Join(dir, home.UsageOldFile),
+		lock: filepath.Join(dir, home.UsageLock),
 		opt:  opt,
 	}
 	if err := u.reopen(); err != nil {
@@ -155,7 +144,7 @@ func (u *UsageLog) Path() string { return u.path }
 // hold u.mu (or own u exclusively).
 func (u *UsageLog) reopen() error {
 	// Read too: Append looks at the last byte before it writes.
-	f, err := os.OpenFile(u.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, homefs.FileMode)
+	f, err := os.OpenFile(u.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, home.FileMode)
 	if err != nil {
 		return err
 	}
@@ -236,7 +225,7 @@ func torn(f *os.File) bool {
 // process holding it rotate, and looks at the path on its next append.
 // Callers hold u.mu.
 func (u *UsageLog) rotate(now time.Time) {
-	l, err := homefs.LockFile(u.lock, false, 0)
+	l, err := home.LockFile(u.lock, false, 0)
 	if err != nil {
 		u.since = u.opt.CheckEvery
 		return
@@ -279,14 +268,14 @@ func (u *UsageLog) Close() error {
 func ReadUsage(dir string, fn func(Usage)) (skipped int, err error) {
 	// Open the current file first: if a rotation happens between the two
 	// opens, both descriptors name the same file, which is read once.
-	cur, err := os.Open(filepath.Join(dir, UsageFile))
+	cur, err := os.Open(filepath.Join(dir, home.UsageFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
 	if cur != nil {
 		defer cur.Close()
 	}
-	old, err := os.Open(filepath.Join(dir, UsageOldFile))
+	old, err := os.Open(filepath.Join(dir, home.UsageOldFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
@@ -483,7 +472,7 @@ func NewUsageTail(dir string) *UsageTail { return &UsageTail{dir: dir} }
 // included, and the caller drops what it summed before. A line still
 // being written is left for the next Read.
 func (t *UsageTail) Read(reset func(), fn func(Usage)) error {
-	cur, err := os.Open(filepath.Join(t.dir, UsageFile))
+	cur, err := os.Open(filepath.Join(t.dir, home.UsageFile))
 	if errors.Is(err, os.ErrNotExist) {
 		if t.f != nil {
 			reset()
@@ -493,7 +482,7 @@ func (t *UsageTail) Read(reset func(), fn func(Usage)) error {
 	if err != nil {
 		return err
 	}
-	old, _ := os.Open(filepath.Join(t.dir, UsageOldFile))
+	old, _ := os.Open(filepath.Join(t.dir, home.UsageOldFile))
 	if old != nil {
 		defer old.Close()
 	}

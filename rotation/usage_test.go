@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,7 +77,7 @@ func TestUsageSkipsDamagedLines(t *testing.T) {
 	now := time.Now().UTC()
 	good, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
 	content := string(good) + "\n" + "not json\n" + "\n" + `{"account_id":"no time"}` + "\n" + string(good[:20]) // cut short by kill -9
-	if err := os.WriteFile(filepath.Join(dir, UsageFile), []byte(content), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, home.UsageFile), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
@@ -98,7 +99,7 @@ func TestUsageTornLastLineDoesNotSwallowTheNext(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now().UTC()
 	good, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
-	if err := os.WriteFile(filepath.Join(dir, UsageFile), append(append(good, '\n'), good[:25]...), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, home.UsageFile), append(append(good, '\n'), good[:25]...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log, err := OpenUsageLog(dir)
@@ -157,7 +158,7 @@ func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
 	for i := range n {
 		log.Append(usageRec(now.Add(time.Duration(i)*time.Millisecond), "a1", "m", 200, "", nil))
 	}
-	cur, old := filepath.Join(dir, UsageFile), filepath.Join(dir, UsageOldFile)
+	cur, old := filepath.Join(dir, home.UsageFile), filepath.Join(dir, home.UsageOldFile)
 	for _, p := range []string{cur, old} {
 		fi, err := os.Stat(p)
 		if err != nil {
@@ -170,7 +171,7 @@ func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
 			t.Errorf("%s mode %v", filepath.Base(p), fi.Mode().Perm())
 		}
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, UsageFile+".*")); len(m) != 1 {
+	if m, _ := filepath.Glob(filepath.Join(dir, home.UsageFile+".*")); len(m) != 1 {
 		t.Errorf("rotated files: %v, want exactly one", m)
 	}
 	// The newest records survive, in order, across the two files.
@@ -202,16 +203,16 @@ func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
 	defer b.Close()
 	now := time.Now().UTC()
 	b.Append(usageRec(now, "b", "m", 200, "", nil))
-	for i := 0; i < 20 && fileMissing(filepath.Join(dir, UsageOldFile)); i++ {
+	for i := 0; i < 20 && fileMissing(filepath.Join(dir, home.UsageOldFile)); i++ {
 		a.Append(usageRec(now, "a", "m", 200, "", nil))
 	}
-	if fileMissing(filepath.Join(dir, UsageOldFile)) {
+	if fileMissing(filepath.Join(dir, home.UsageOldFile)) {
 		t.Fatal("A never rotated")
 	}
 	// B looks at the path before its next append (CheckEvery 1).
 	b.Append(usageRec(now, "b-after", "m", 200, "", nil))
 	found := false
-	for _, u := range usageLines(t, filepath.Join(dir, UsageFile)) {
+	for _, u := range usageLines(t, filepath.Join(dir, home.UsageFile)) {
 		found = found || u.AccountID == "b-after"
 	}
 	if !found {
@@ -219,10 +220,10 @@ func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
 	}
 
 	// The file removed by hand: the next look recreates it.
-	os.Remove(filepath.Join(dir, UsageFile))
+	os.Remove(filepath.Join(dir, home.UsageFile))
 	b.Append(usageRec(now, "b1", "m", 200, "", nil))
 	b.Append(usageRec(now, "b2", "m", 200, "", nil))
-	if fileMissing(filepath.Join(dir, UsageFile)) {
+	if fileMissing(filepath.Join(dir, home.UsageFile)) {
 		t.Error("the log was not recreated after its file was removed")
 	}
 }
@@ -256,13 +257,13 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	usageLines(t, filepath.Join(dir, UsageFile))
-	usageLines(t, filepath.Join(dir, UsageOldFile))
+	usageLines(t, filepath.Join(dir, home.UsageFile))
+	usageLines(t, filepath.Join(dir, home.UsageOldFile))
 	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
 	if err != nil || rep.Skipped != 0 || rep.Records == 0 {
 		t.Errorf("records %d skipped %d err %v", rep.Records, rep.Skipped, err)
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, UsageFile+"*")); len(m) != 2 {
+	if m, _ := filepath.Glob(filepath.Join(dir, home.UsageFile+"*")); len(m) != 2 {
 		t.Errorf("files %v, want usage.jsonl and usage.jsonl.1", m)
 	}
 }
@@ -312,7 +313,7 @@ func TestUsageTail(t *testing.T) {
 		t.Fatalf("first read: %d resets, %v", resets, got)
 	}
 	// A line being written is left for later, then read whole.
-	f, err := os.OpenFile(filepath.Join(dir, UsageFile), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(dir, home.UsageFile), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestUsageTail(t *testing.T) {
 		log.Append(rec(id))
 		read()
 	}
-	if _, err := os.Stat(filepath.Join(dir, UsageOldFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, home.UsageOldFile)); err != nil {
 		t.Fatal("the log never rotated")
 	}
 	if resets != 1 || strings.Join(got, ",") != strings.Join(want, ",") {

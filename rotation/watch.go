@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // PoolSource is where the pool comes from: accounts.Store in rotor.
@@ -21,9 +22,9 @@ const WatchInterval = 250 * time.Millisecond
 // when accounts.json changed since stamp, then an exchange of runtime
 // state. It returns the stamp to pass next time. An unreadable store keeps
 // the last good pool in use.
-func Refresh(src PoolSource, sel *Selector, stamp accounts.Stamp) (accounts.Stamp, error) {
+func Refresh(src PoolSource, sel *Selector, stamp home.Stamp) (home.Stamp, error) {
 	var firstErr error
-	if st := accounts.StatStamp(src.Path()); st != stamp {
+	if st := home.StatStamp(src.Path()); st != stamp {
 		p, err := src.Load()
 		if err == nil {
 			sel.SetPool(p)
@@ -46,7 +47,7 @@ func Refresh(src PoolSource, sel *Selector, stamp accounts.Stamp) (accounts.Stam
 func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Duration, onErr func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	stamp := accounts.Stamp{}
+	stamp := home.Stamp{}
 	var last string
 	for {
 		var err error

@@ -22,11 +22,9 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 // Default time limits.
@@ -62,7 +60,7 @@ type Deps struct {
 	SecretsMode string
 	// Runtime is the shared runtime state; refreshed tokens are recorded
 	// in it so that running proxies read the secret again. May be nil.
-	Runtime *rotation.Runtime
+	Runtime State
 	// Refresher renews ChatGPT tokens (Fix, VerifyFlagged). May be nil:
 	// tokens are then not refreshed. The checkup disables and flags an
 	// account whose refresh hard-fails itself, so it can list that change.
@@ -70,16 +68,35 @@ type Deps struct {
 	// HTTP sends the probes and the proxy check (default: a plain client;
 	// every call is bounded by a context deadline anyway).
 	HTTP *http.Client
-	// ChatGPTBase and OpenAIBase are the upstream bases the probes use
-	// (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL); an account's own
-	// base_url wins.
-	ChatGPTBase, OpenAIBase string
+	// Prober builds the probes VerifyFlagged sends (proxy.Prober in rotor,
+	// so a probe is what the proxy would send). May be nil: accounts are
+	// then refreshed but not probed, and stay flagged.
+	Prober Prober
 	// Now tells the time (default time.Now).
 	Now func() time.Time
 	// Alive reports whether process pid runs (default: signal 0).
 	Alive func(pid int) bool
 	// Time limits; zero takes the Default* values.
 	ProxyTimeout, ProbeTimeout, RefreshTimeout time.Duration
+}
+
+// State is the runtime state every rotor process shares
+// (*rotation.Runtime): what a checkup changes about an account reaches the
+// running proxies through it.
+type State interface {
+	// TokensChanged tells proxies to read the account's secret again.
+	TokensChanged(id string)
+	// Clear ends the account's cooldowns and limits.
+	Clear(id string)
+	// Sync exchanges the state with state.json.
+	Sync(keep func(id string) bool) error
+}
+
+// Prober builds an account's cheapest authenticated upstream request, with
+// sec only in its headers (nil: the request without credentials, for
+// saying what would be sent).
+type Prober interface {
+	ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error)
 }
 
 // Checkup diagnoses and repairs one rotor home.
@@ -92,19 +109,11 @@ func New(d Deps) *Checkup {
 	if d.HTTP == nil {
 		d.HTTP = &http.Client{}
 	}
-	if d.ChatGPTBase == "" {
-		d.ChatGPTBase = proxy.DefaultChatGPTBase
-	}
-	if d.OpenAIBase == "" {
-		d.OpenAIBase = proxy.DefaultOpenAIBase
-	}
-	d.ChatGPTBase = strings.TrimRight(d.ChatGPTBase, "/")
-	d.OpenAIBase = strings.TrimRight(d.OpenAIBase, "/")
 	if d.Now == nil {
 		d.Now = time.Now
 	}
 	if d.Alive == nil {
-		d.Alive = proxy.ProcessAlive
+		d.Alive = home.ProcessAlive
 	}
 	if d.ProxyTimeout <= 0 {
 		d.ProxyTimeout = DefaultProxyTimeout
@@ -119,7 +128,7 @@ func New(d Deps) *Checkup {
 }
 
 // storePath is accounts.json in the home.
-func (c *Checkup) storePath() string { return filepath.Join(c.d.Dir, accounts.FileName) }
+func (c *Checkup) storePath() string { return filepath.Join(c.d.Dir, home.AccountsFile) }
 
 // poolRead is what reading accounts.json found.
 type poolRead struct {
@@ -157,7 +166,7 @@ type backup struct {
 func (c *Checkup) goodBackups() []backup {
 	var out []backup
 	for i := range accounts.Backups {
-		path := homefs.BackupName(c.storePath(), i)
+		path := home.BackupName(c.storePath(), i)
 		data, err := os.ReadFile(path)
 		if err != nil {
 			continue

@@ -15,11 +15,9 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 // Check statuses, from good to bad.
@@ -128,7 +126,7 @@ func checkHome(r *doctorRun) []Check {
 	if err != nil {
 		return []Check{{"home", StatusError, err.Error()}}
 	}
-	return []Check{permCheck("home", dir, fi.Mode().Perm(), homefs.DirMode, "chmod 700 "+dir)}
+	return []Check{permCheck("home", dir, fi.Mode().Perm(), home.DirMode, "chmod 700 "+dir)}
 }
 
 // permCheck judges one mode: others having any access is an error (the
@@ -171,7 +169,7 @@ func checkFiles(r *doctorRun) []Check {
 			continue // removed meanwhile
 		}
 		switch perm := fi.Mode().Perm(); {
-		case perm == homefs.FileMode:
+		case perm == home.FileMode:
 		case perm&0o077 != 0:
 			open = append(open, fmt.Sprintf("%s (%04o)", e.Name(), perm))
 		default:
@@ -242,7 +240,7 @@ func checkTemps(r *doctorRun) []Check {
 	}
 	detail := "left by interrupted writes: " + strings.Join(names, ", ")
 	if secret {
-		detail += "; copies of " + secrets.FileName + " hold keys and tokens"
+		detail += "; copies of " + home.SecretsFile + " hold keys and tokens"
 	}
 	return []Check{{"temp_files", StatusWarn, detail + "; \"rotor fix\" removes them"}}
 }
@@ -293,11 +291,11 @@ func checkSecretsBackend(r *doctorRun) []Check {
 	backend := d.Secrets.Backend()
 	if backend == secrets.BackendFile && (d.SecretsMode == "" || d.SecretsMode == secrets.ModeAuto) {
 		return []Check{{"secrets", StatusWarn, fmt.Sprintf("no OS keyring answered; the secrets of %s are in %s (0600). Set ROTOR_SECRETS=file to make that the choice",
-			plural(len(r.ids), "account"), filepath.Join(d.Dir, secrets.FileName))}}
+			plural(len(r.ids), "account"), filepath.Join(d.Dir, home.SecretsFile))}}
 	}
 	where := "the OS keyring"
 	if backend == secrets.BackendFile {
-		where = filepath.Join(d.Dir, secrets.FileName)
+		where = filepath.Join(d.Dir, home.SecretsFile)
 	}
 	return []Check{{"secrets", StatusOK, fmt.Sprintf("%s backend: secrets of %s in %s", backend, plural(len(r.ids), "account"), where)}}
 }
@@ -345,13 +343,13 @@ func tokenCheck(name, who string, index int, a *accounts.Account, sec secrets.Se
 	case sec.ExpiresAt.IsZero():
 		return Check{name, StatusOK, who + ": tokens present, access-token expiry unknown"}
 	case left <= 0 && sec.RefreshToken == "":
-		return Check{name, StatusError, fmt.Sprintf("%s: access token expired %s ago and there is no refresh token; sign in again with \"rotor login\"", who, rotation.HumanDuration(left))}
+		return Check{name, StatusError, fmt.Sprintf("%s: access token expired %s ago and there is no refresh token; sign in again with \"rotor login\"", who, accounts.HumanDuration(left))}
 	case left <= 0:
-		return Check{name, StatusWarn, fmt.Sprintf("%s: access token expired %s ago; the proxy refreshes it on next use, or run \"rotor fix\"", who, rotation.HumanDuration(left))}
+		return Check{name, StatusWarn, fmt.Sprintf("%s: access token expired %s ago; the proxy refreshes it on next use, or run \"rotor fix\"", who, accounts.HumanDuration(left))}
 	case left < oauth.RefreshLead:
-		return Check{name, StatusOK, fmt.Sprintf("%s: access token expires in %s; refreshed on next use", who, rotation.HumanDuration(left))}
+		return Check{name, StatusOK, fmt.Sprintf("%s: access token expires in %s; refreshed on next use", who, accounts.HumanDuration(left))}
 	}
-	return Check{name, StatusOK, fmt.Sprintf("%s: tokens present, access token valid for %s", who, rotation.HumanDuration(sec.ExpiresAt.Sub(now)))}
+	return Check{name, StatusOK, fmt.Sprintf("%s: tokens present, access token valid for %s", who, accounts.HumanDuration(sec.ExpiresAt.Sub(now)))}
 }
 
 func checkOrphans(r *doctorRun) []Check {
@@ -369,16 +367,16 @@ func checkOrphans(r *doctorRun) []Check {
 // checkState reports a state.json that does not parse: advisory, so a
 // warning, and "rotor fix" starts it afresh.
 func checkState(r *doctorRun) []Check {
-	data, err := os.ReadFile(filepath.Join(r.c.d.Dir, rotation.StateFile))
+	data, err := os.ReadFile(filepath.Join(r.c.d.Dir, home.StateFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
 	case err != nil:
 		return []Check{{"state", StatusWarn, err.Error()}}
 	case !json.Valid(data):
-		return []Check{{"state", StatusWarn, rotation.StateFile + " is damaged; commands read it as empty and \"rotor fix\" rewrites it"}}
+		return []Check{{"state", StatusWarn, home.StateFile + " is damaged; commands read it as empty and \"rotor fix\" rewrites it"}}
 	}
-	return []Check{{"state", StatusOK, rotation.StateFile + " reads"}}
+	return []Check{{"state", StatusOK, home.StateFile + " reads"}}
 }
 
 func checkDuplicates(r *doctorRun) []Check {
@@ -460,7 +458,7 @@ func checkPin(r *doctorRun) []Check {
 // checkProxy checks every serve on the home (each keeps its own record):
 // one check, as bad as the worst serve, naming them all.
 func checkProxy(r *doctorRun) []Check {
-	ins, bad, err := proxy.Infos(r.c.d.Dir)
+	ins, bad, err := home.Infos(r.c.d.Dir)
 	if err != nil {
 		return []Check{{"proxy", StatusWarn, err.Error()}}
 	}
@@ -489,7 +487,7 @@ func checkProxy(r *doctorRun) []Check {
 var rank = map[string]int{StatusOK: 0, StatusWarn: 1, StatusError: 2}
 
 // checkServe checks one serve record.
-func (r *doctorRun) checkServe(in proxy.Info) (string, string) {
+func (r *doctorRun) checkServe(in home.Info) (string, string) {
 	if !r.c.d.Alive(in.PID) {
 		return StatusWarn, fmt.Sprintf("the record of pid %d is stale: it is not running; \"rotor fix\" removes it", in.PID)
 	}
@@ -515,7 +513,7 @@ func (r *doctorRun) checkServe(in proxy.Info) (string, string) {
 // and leaves no trace in "rotor report".
 // When the URL cannot even be parsed into a request, a TCP connect to its
 // host tells at least whether something listens there.
-func (c *Checkup) reachProxy(ctx context.Context, in proxy.Info) (int, error) {
+func (c *Checkup) reachProxy(ctx context.Context, in home.Info) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(in.URL, "/")+"/healthz", nil)
 	if err != nil {
 		u, perr := url.Parse(in.URL)

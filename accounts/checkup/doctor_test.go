@@ -12,7 +12,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
-	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 func TestDoctorHealthy(t *testing.T) {
@@ -52,7 +52,7 @@ func TestDoctorFindsEveryProblem(t *testing.T) {
 	h.sec.Set("acct_orphan", secrets0)
 	os.Chmod(h.dir, 0o755)
 	os.Chmod(h.path("secrets.json"), 0o644)
-	proxy.WriteInfo(h.dir, proxy.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
+	home.WriteInfo(h.dir, home.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
 	_ = p
 
 	res := h.checkup().Doctor(context.Background())
@@ -94,7 +94,7 @@ func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"))
 	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "renamed" }) // accounts.json.bak now has 1 account
-	h.writeFile(accounts.FileName, `{"version":1,"accounts":[`, 0o600)
+	h.writeFile(home.AccountsFile, `{"version":1,"accounts":[`, 0o600)
 	res := h.checkup().Doctor(context.Background())
 	c := check(res, "store")
 	if c.Status != checkup.StatusError || !strings.Contains(c.Detail, "restores accounts.json.bak (1 account)") {
@@ -136,7 +136,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"))
 
-	proxy.WriteInfo(h.dir, proxy.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: key})
+	home.WriteInfo(h.dir, home.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: key})
 	if c := check(h.checkup().Doctor(context.Background()), "proxy"); c.Status != checkup.StatusOK {
 		t.Errorf("reachable proxy: %s %q", c.Status, c.Detail)
 	}
@@ -144,7 +144,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 		t.Errorf("doctor sent Authorization %q", gotAuth)
 	}
 
-	proxy.WriteInfo(h.dir, proxy.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: "wrong"})
+	home.WriteInfo(h.dir, home.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: "wrong"})
 	if c := check(h.checkup().Doctor(context.Background()), "proxy"); c.Status != checkup.StatusError || !strings.Contains(c.Detail, "401") {
 		t.Errorf("wrong key: %s %q", c.Status, c.Detail)
 	}
@@ -152,7 +152,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 	// A proxy that accepts and never answers: the check is bounded.
 	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer hang.Close()
-	proxy.WriteInfo(h.dir, proxy.Info{URL: hang.URL + "/v1", PID: os.Getpid(), ClientKey: key})
+	home.WriteInfo(h.dir, home.Info{URL: hang.URL + "/v1", PID: os.Getpid(), ClientKey: key})
 	start := time.Now()
 	c := check(h.checkup(func(d *checkup.Deps) { d.ProxyTimeout = 300 * time.Millisecond }).Doctor(context.Background()), "proxy")
 	if c.Status != checkup.StatusError || time.Since(start) > 5*time.Second {
@@ -175,7 +175,7 @@ func TestStoreHealth(t *testing.T) {
 	if len(s.MissingSecrets) != 1 || s.MissingSecrets[0] != 2 || s.OrphanedSecrets == nil || *s.OrphanedSecrets != 1 {
 		t.Errorf("secrets: missing %v orphaned %v", s.MissingSecrets, s.OrphanedSecrets)
 	}
-	h.writeFile(accounts.FileName, "garbage", 0o600)
+	h.writeFile(home.AccountsFile, "garbage", 0o600)
 	if s := h.checkup().Store(); s.Readable || s.Error == nil {
 		t.Errorf("unreadable store reported as %+v", s)
 	}

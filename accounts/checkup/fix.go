@@ -11,16 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/homefs"
-	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 // Action kinds, one per repair Fix knows.
@@ -167,16 +163,16 @@ func (c *Checkup) Fix(ctx context.Context, o FixOptions) FixResult {
 // fixPermissions makes the home 0700 and its files 0600.
 func fixPermissions(f *fixRun) {
 	dir := f.c.d.Dir
-	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm() != homefs.DirMode {
-		f.chmod(dir, fi.Mode().Perm(), homefs.DirMode)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm() != home.DirMode {
+		f.chmod(dir, fi.Mode().Perm(), home.DirMode)
 	}
 	ents, err := homeFiles(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && fi.Mode().Perm() != homefs.FileMode {
-			f.chmod(filepath.Join(dir, e.Name()), fi.Mode().Perm(), homefs.FileMode)
+		if fi, err := e.Info(); err == nil && fi.Mode().Perm() != home.FileMode {
+			f.chmod(filepath.Join(dir, e.Name()), fi.Mode().Perm(), home.FileMode)
 		}
 	}
 }
@@ -208,11 +204,11 @@ func fixStore(f *fixRun) {
 		return
 	}
 	path := f.c.storePath()
-	a := Action{Action: ActionRestoreStore, Target: accounts.FileName}
+	a := Action{Action: ActionRestoreStore, Target: home.AccountsFile}
 	backups := f.c.goodBackups()
 	if len(backups) == 0 {
 		f.fail(a, fmt.Errorf("%s is unreadable (%v) and no backup is readable; it was left untouched: repair it by hand, or move it away and add the accounts again",
-			accounts.FileName, causeOf(pr.err)))
+			home.AccountsFile, causeOf(pr.err)))
 		return
 	}
 	b := backups[0]
@@ -229,7 +225,7 @@ func fixStore(f *fixRun) {
 		f.pool = pool
 		return
 	}
-	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, accounts.LockFile), false, 15*time.Second)
+	lock, err := home.LockFile(filepath.Join(f.c.d.Dir, home.AccountsLock), false, 15*time.Second)
 	if err != nil {
 		f.fail(a, err)
 		return
@@ -246,7 +242,7 @@ func fixStore(f *fixRun) {
 		return
 	}
 	a.Detail = fmt.Sprintf("restored %s; the unreadable file is kept as %s", strings.Replace(what, " and salvage ", " and salvaged ", 1), filepath.Base(kept))
-	if err := homefs.WriteFile(path, data); err != nil {
+	if err := home.WriteFile(path, data); err != nil {
 		f.fail(a, fmt.Errorf("writing the backup failed: %w", err))
 		return
 	}
@@ -359,7 +355,7 @@ func keepAside(path, aside string) (string, error) {
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
-		fh, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, homefs.FileMode)
+		fh, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, home.FileMode)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
@@ -404,7 +400,7 @@ func fixFingerprints(f *fixRun) {
 		}
 		return
 	}
-	fail := func(err error) { f.fail(Action{Action: ActionFingerprintKey, Target: accounts.FileName}, err) }
+	fail := func(err error) { f.fail(Action{Action: ActionFingerprintKey, Target: home.AccountsFile}, err) }
 	salt, err := f.c.d.Secrets.Salt()
 	if err != nil {
 		fail(err)
@@ -457,7 +453,7 @@ func fixDuplicates(f *fixRun) {
 	}
 	st, err := f.openStore()
 	if err != nil {
-		f.fail(Action{Action: ActionMergeDuplicate, Target: accounts.FileName}, err)
+		f.fail(Action{Action: ActionMergeDuplicate, Target: home.AccountsFile}, err)
 		return
 	}
 	var done []Action
@@ -486,7 +482,7 @@ func fixDuplicates(f *fixRun) {
 		return nil
 	})
 	if err != nil {
-		f.fail(Action{Action: ActionMergeDuplicate, Target: accounts.FileName}, err)
+		f.fail(Action{Action: ActionMergeDuplicate, Target: home.AccountsFile}, err)
 		return
 	}
 	f.pool = p
@@ -568,7 +564,7 @@ func fixOrphans(f *fixRun) {
 	}
 	st, err := f.openStore()
 	if err != nil {
-		f.fail(Action{Action: ActionRemoveOrphan, Target: accounts.FileName}, err)
+		f.fail(Action{Action: ActionRemoveOrphan, Target: home.AccountsFile}, err)
 		return
 	}
 	_, err = st.Update(func(p *accounts.Pool) error {
@@ -612,7 +608,7 @@ func fixTokens(f *fixRun) {
 			continue // a missing secret is doctor's to report; fix cannot make one
 		}
 		act := Action{Action: ActionRefreshToken, Target: accountName(i+1, &a),
-			Detail: fmt.Sprintf("access token expired %s ago", rotation.HumanDuration(f.now.Sub(sec.ExpiresAt)))}
+			Detail: fmt.Sprintf("access token expired %s ago", accounts.HumanDuration(f.now.Sub(sec.ExpiresAt)))}
 		if f.dry {
 			f.add(act)
 			continue
@@ -644,7 +640,7 @@ func fixTokens(f *fixRun) {
 	if refreshed {
 		// Running proxies see tokens_at move and read the secret again.
 		if err := f.c.d.Runtime.Sync(nil); err != nil {
-			f.fail(Action{Action: ActionRefreshToken, Target: rotation.StateFile, Detail: "telling running proxies about the new tokens"}, err)
+			f.fail(Action{Action: ActionRefreshToken, Target: home.StateFile, Detail: "telling running proxies about the new tokens"}, err)
 		}
 	}
 }
@@ -689,14 +685,14 @@ func fixState(f *fixRun) {
 	if f.pool == nil {
 		return
 	}
-	path := filepath.Join(f.c.d.Dir, rotation.StateFile)
+	path := filepath.Join(f.c.d.Dir, home.StateFile)
 	if _, err := os.Stat(path); err != nil {
 		return
 	}
 	if f.dry {
 		doc, acts, err := f.pruneState(path)
 		if err == nil && doc == nil {
-			f.add(Action{Action: ActionResetState, Target: rotation.StateFile, Detail: "unreadable; keep it aside and start empty"})
+			f.add(Action{Action: ActionResetState, Target: home.StateFile, Detail: "unreadable; keep it aside and start empty"})
 		}
 		if err == nil && doc != nil {
 			for _, a := range acts {
@@ -705,9 +701,9 @@ func fixState(f *fixRun) {
 		}
 		return
 	}
-	lock, err := homefs.LockFile(filepath.Join(f.c.d.Dir, rotation.StateLockFile), false, 5*time.Second)
+	lock, err := home.LockFile(filepath.Join(f.c.d.Dir, home.StateLock), false, 5*time.Second)
 	if err != nil {
-		f.fail(Action{Action: ActionClearState, Target: rotation.StateFile}, err)
+		f.fail(Action{Action: ActionClearState, Target: home.StateFile}, err)
 		return
 	}
 	defer lock.Unlock()
@@ -721,10 +717,10 @@ func fixState(f *fixRun) {
 	}
 	data, err := json.MarshalIndent(doc, "", "  ")
 	if err == nil {
-		err = homefs.WriteFile(path, append(data, '\n'))
+		err = home.WriteFile(path, append(data, '\n'))
 	}
 	if err != nil {
-		f.fail(Action{Action: ActionClearState, Target: rotation.StateFile}, err)
+		f.fail(Action{Action: ActionClearState, Target: home.StateFile}, err)
 		return
 	}
 	for _, a := range acts {
@@ -737,10 +733,10 @@ func fixState(f *fixRun) {
 // is lost that matters: the state is what upstreams said, and the proxies
 // learn it again.
 func (f *fixRun) resetState(path string) {
-	a := Action{Action: ActionResetState, Target: rotation.StateFile}
+	a := Action{Action: ActionResetState, Target: home.StateFile}
 	kept, err := keepAside(path, path+".corrupt-"+f.now.UTC().Format("20060102T150405Z"))
 	if err == nil {
-		err = homefs.WriteFile(path, []byte("{\n  \"version\": 1,\n  \"accounts\": {}\n}\n"))
+		err = home.WriteFile(path, []byte("{\n  \"version\": 1,\n  \"accounts\": {}\n}\n"))
 	}
 	if err != nil {
 		f.fail(a, err)
@@ -789,7 +785,7 @@ func (f *fixRun) pruneState(path string) (map[string]json.RawMessage, []Action, 
 			for _, w := range d.with {
 				delete(accts[id], w)
 			}
-			cleared = append(cleared, fmt.Sprintf("%s (ended %s ago)", d.words, rotation.HumanDuration(f.now.Sub(t))))
+			cleared = append(cleared, fmt.Sprintf("%s (ended %s ago)", d.words, accounts.HumanDuration(f.now.Sub(t))))
 		}
 		if len(cleared) > 0 {
 			changed = true
@@ -808,30 +804,28 @@ func (f *fixRun) pruneState(path string) (map[string]json.RawMessage, []Action, 
 	return doc, acts, nil
 }
 
-// coreLocks are the lock files every rotor command uses. They are never
-// stale in a harmful way (flock dies with its process) and removing one
-// while another process opens it could let two processes hold "the" lock
-// on different files, so Fix leaves them alone.
-var coreLocks = map[string]bool{accounts.LockFile: true, rotation.StateLockFile: true, secrets.LockFile: true, rotation.UsageLockFile: true}
-
 // fixLocks removes the per-account refresh locks of accounts no longer in
 // the pool, when nobody holds them (a non-blocking flock succeeds).
 func fixLocks(f *fixRun) {
 	if f.pool == nil {
 		return
 	}
-	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, oauth.RefreshLockFile("*")))
+	matches, _ := filepath.Glob(filepath.Join(f.c.d.Dir, home.RefreshLock("*")))
 	for _, m := range matches {
 		name := filepath.Base(m)
-		if coreLocks[name] {
+		// The core locks (home.CoreLocks) are never stale in a harmful
+		// way (a lock dies with its process), and removing one while
+		// another process opens it could let two processes hold "the"
+		// lock on two different files: only refresh locks are removed.
+		id, ok := home.RefreshLockAccount(name)
+		if !ok || slices.Contains(home.CoreLocks, name) {
 			continue
 		}
-		id := strings.TrimSuffix(strings.TrimPrefix(name, ".refresh-"), ".lock")
 		if f.pool.IndexOf(id) > 0 {
 			continue
 		}
-		l, err := tryLock(m)
-		if err != nil {
+		l, free, err := home.TryLock(m)
+		if err != nil || !free {
 			continue // held: a refresh is running; not stale
 		}
 		a := Action{Action: ActionRemoveLock, Target: name, Detail: "refresh lock of an account no longer in the pool; nobody holds it"}
@@ -839,28 +833,14 @@ func fixLocks(f *fixRun) {
 			// Removed while held, so nobody can take it between the
 			// check and the removal.
 			if err := os.Remove(m); err != nil {
-				l.Close()
+				l.Unlock()
 				f.fail(a, err)
 				continue
 			}
 		}
-		l.Close()
+		l.Unlock()
 		f.add(a)
 	}
-}
-
-// tryLock takes an exclusive flock on path without waiting; it never
-// creates the file.
-func tryLock(path string) (*os.File, error) {
-	fh, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		fh.Close()
-		return nil, err
-	}
-	return fh, nil
 }
 
 // fixTemps removes the temp files of atomic writes whose writer died
@@ -868,7 +848,7 @@ func tryLock(path string) (*os.File, error) {
 func fixTemps(f *fixRun) {
 	for _, t := range leftoverTemps(f.c.d.Dir, f.now) {
 		a := Action{Action: ActionRemoveTemp, Target: t.name,
-			Detail: fmt.Sprintf("left by an interrupted write %s ago", rotation.HumanDuration(t.age))}
+			Detail: fmt.Sprintf("left by an interrupted write %s ago", accounts.HumanDuration(t.age))}
 		if t.secret {
 			a.Detail += "; it holds secrets"
 		}
@@ -901,7 +881,7 @@ func leftoverTemps(dir string, now time.Time) []leftoverTemp {
 		}
 		name := filepath.Base(m)
 		out = append(out, leftoverTemp{name: name, age: now.Sub(fi.ModTime()),
-			secret: strings.HasPrefix(name, "."+secrets.FileName+".tmp-")})
+			secret: strings.HasPrefix(name, "."+home.SecretsFile+".tmp-")})
 	}
 	return out
 }
@@ -911,7 +891,7 @@ func leftoverTemps(dir string, now time.Time) []leftoverTemp {
 // serve names a live one instead, when one runs.
 func fixProxyInfo(f *fixRun) {
 	dir := f.c.d.Dir
-	ins, bad, err := proxy.Infos(dir)
+	ins, bad, err := home.Infos(dir)
 	if err != nil {
 		return
 	}
@@ -929,9 +909,9 @@ func fixProxyInfo(f *fixRun) {
 		if f.c.d.Alive(in.PID) {
 			continue
 		}
-		a := Action{Action: ActionRemoveProxyInfo, Target: proxy.RecordName(in.PID), Detail: fmt.Sprintf("pid %d is not running", in.PID)}
+		a := Action{Action: ActionRemoveProxyInfo, Target: home.RecordName(in.PID), Detail: fmt.Sprintf("pid %d is not running", in.PID)}
 		if !f.dry {
-			if err := proxy.RemoveInfo(dir, in.PID); err != nil {
+			if err := home.RemoveInfo(dir, in.PID); err != nil {
 				f.fail(a, err)
 				continue
 			}

@@ -6,13 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
-	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -58,7 +57,7 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	good, _ := os.ReadFile(h.path("accounts.json.bak.1"))
 	h.writeFile("accounts.json.bak", "{broken", 0o600) // the newest backup is damaged too
 	const corrupt = `{"version":1,"accounts":[{"id":"acct_aaaa"` + "\x00garbage"
-	h.writeFile(accounts.FileName, corrupt, 0o600)
+	h.writeFile(home.AccountsFile, corrupt, 0o600)
 
 	dry, res := dryThenReal(t, h)
 	if a := action(dry, checkup.ActionRestoreStore, ""); a == nil || !strings.Contains(a.Detail, "accounts.json.bak.1") {
@@ -68,7 +67,7 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	if a == nil || a.Status != checkup.ActionDone || res.Failed() {
 		t.Fatalf("restore: %+v", res.Actions)
 	}
-	if got, _ := os.ReadFile(h.path(accounts.FileName)); string(got) != string(good) {
+	if got, _ := os.ReadFile(h.path(home.AccountsFile)); string(got) != string(good) {
 		t.Errorf("accounts.json is not the newest good backup:\n%s", got)
 	}
 	if h.pool().Accounts[0].Label != "two" {
@@ -81,7 +80,7 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	if got, _ := os.ReadFile(aside[0]); string(got) != corrupt {
 		t.Errorf("the kept file differs from the damaged one")
 	}
-	if fi, _ := os.Stat(h.path(accounts.FileName)); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(h.path(home.AccountsFile)); fi.Mode().Perm() != 0o600 {
 		t.Errorf("restored file mode %v", fi.Mode().Perm())
 	}
 	// The secret stays: it belongs to the restored account.
@@ -94,7 +93,7 @@ func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
 	os.Remove(h.path("accounts.json.bak"))
-	h.writeFile(accounts.FileName, "{not json", 0o600)
+	h.writeFile(home.AccountsFile, "{not json", 0o600)
 	before := h.snapshot()
 	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	a := action(res, checkup.ActionRestoreStore, "")
@@ -176,22 +175,19 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 		"acct_removed":   map[string]any{"health": 50},
 	}}
 	data, _ := json.Marshal(state)
-	h.writeFile(rotation.StateFile, string(data), 0o600)
+	h.writeFile(home.StateFile, string(data), 0o600)
 	h.writeFile(".refresh-acct_removed.lock", "", 0o600)
 	h.writeFile(".refresh-acct_held.lock", "", 0o600)
 	h.writeFile(".refresh-"+p.Accounts[0].ID+".lock", "", 0o600)
-	held, err := os.OpenFile(h.path(".refresh-acct_held.lock"), os.O_RDWR, 0)
+	held, err := home.LockFile(h.path(".refresh-acct_held.lock"), false, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer held.Close()
-	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	defer held.Unlock()
 	h.writeFile(".accounts.json.tmp-123", "old", 0o600)
 	os.Chtimes(h.path(".accounts.json.tmp-123"), now.Add(-time.Hour), now.Add(-time.Hour))
 	h.writeFile(".secrets.json.tmp-456", "in progress", 0o600) // fresh: a live writer's
-	proxy.WriteInfo(h.dir, proxy.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
+	home.WriteInfo(h.dir, home.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
 
 	_, res := dryThenReal(t, h)
 	if res.Failed() {
@@ -211,7 +207,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 	var after struct {
 		Accounts map[string]map[string]any `json:"accounts"`
 	}
-	raw, _ := os.ReadFile(h.path(rotation.StateFile))
+	raw, _ := os.ReadFile(h.path(home.StateFile))
 	if err := json.Unmarshal(raw, &after); err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +317,7 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	h.writeFile("accounts.json.corrupt-20260301T120000Z", "earlier", 0o600)
-	h.writeFile(accounts.FileName, "{later", 0o600)
+	h.writeFile(home.AccountsFile, "{later", 0o600)
 	res := h.checkup(func(d *checkup.Deps) { d.Now = func() time.Time { return at } }).Fix(context.Background(), checkup.FixOptions{})
 	if a := action(res, checkup.ActionRestoreStore, ""); a == nil || a.Status != checkup.ActionDone ||
 		!strings.Contains(a.Detail, "accounts.json.corrupt-20260301T120000Z-1") {
@@ -340,14 +336,14 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"), apiKey("two", "sk-2"), apiKey("three", "sk-3"))
-	full, _ := os.ReadFile(h.path(accounts.FileName))
+	full, _ := os.ReadFile(h.path(home.AccountsFile))
 	// The newest backup is one change behind (two accounts), an older
 	// one has all three.
 	h.update(func(p *accounts.Pool) { p.Accounts = p.Accounts[:2] })
-	short, _ := os.ReadFile(h.path(accounts.FileName))
+	short, _ := os.ReadFile(h.path(home.AccountsFile))
 	h.writeFile("accounts.json.bak.1", string(full), 0o600)
 	h.writeFile("accounts.json.bak", string(short), 0o600)
-	h.writeFile(accounts.FileName, `{"version":1,"accounts":[{"id":`, 0o600)
+	h.writeFile(home.AccountsFile, `{"version":1,"accounts":[{"id":`, 0o600)
 
 	dry, res := dryThenReal(t, h)
 	if a := action(dry, checkup.ActionRestoreStore, ""); a == nil || !strings.Contains(a.Detail, "salvage 1 account (three)") {
@@ -376,7 +372,7 @@ func TestFixSalvagesCompleteAccountsOfTheDamagedFile(t *testing.T) {
 	h.write(apiKey("one", "sk-1"))
 	const damaged = `{"version":1,"accounts":[{"id":"acct_aaaa","label":"one","kind":"api-key","enabled":true},` +
 		`{"id":"acct_zzzz","label":"late","kind":"api-key","enabled":true},{"id":"acct_yy`
-	h.writeFile(accounts.FileName, damaged, 0o600)
+	h.writeFile(home.AccountsFile, damaged, 0o600)
 	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	p := h.pool()
 	if res.Failed() || len(p.Accounts) != 2 || p.Accounts[1].ID != "acct_zzzz" || p.Accounts[1].Label != "late" {

@@ -15,8 +15,10 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -59,9 +61,8 @@ func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
 		Runtime:     rotation.NewRuntime(h.dir, rotation.SystemClock{}),
 		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.srv.URL), Secrets: h.sec, Dir: h.dir,
 			Now: time.Now},
-		ChatGPTBase: h.up.ChatGPTBase(),
-		OpenAIBase:  h.up.OpenAIBase(),
-		Alive:       func(pid int) bool { return pid == os.Getpid() },
+		Prober: proxy.Prober{ChatGPTBase: h.up.ChatGPTBase(), OpenAIBase: h.up.OpenAIBase()},
+		Alive:  func(pid int) bool { return pid == os.Getpid() },
 	}
 	for _, o := range opts {
 		o(&d)
@@ -147,7 +148,7 @@ func (h *testHome) path(name string) string { return filepath.Join(h.dir, name) 
 
 func (h *testHome) pool() *accounts.Pool {
 	h.t.Helper()
-	data, err := os.ReadFile(h.path(accounts.FileName))
+	data, err := os.ReadFile(h.path(home.AccountsFile))
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -1,10 +1,9 @@
 package checkup
 
 import (
+	"github.com/rotorproxy/rotor/accounts/home"
 	"os"
 	"path/filepath"
-
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 // StoreHealth summarizes the account store and what surrounds it, for
@@ -42,7 +41,7 @@ func (c *Checkup) Store() StoreHealth {
 	pr := c.readPool()
 	h.Exists, h.Readable = pr.exists, pr.err == nil
 	h.GoodBackups = len(c.goodBackups())
-	for _, name := range []string{rotation.UsageFile, rotation.UsageOldFile} {
+	for _, name := range []string{home.UsageFile, home.UsageOldFile} {
 		if fi, err := os.Stat(filepath.Join(c.d.Dir, name)); err == nil {
 			h.UsageLogBytes += fi.Size()
 		}

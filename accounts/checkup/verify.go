@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strings"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy"
 )
 
 // Verification results.
@@ -65,10 +63,16 @@ func (r VerifyResult) Count() (total, restored, still int) {
 	return len(r.Reports), restored, still
 }
 
-// probeURL is the cheapest authenticated request of an account's upstream:
-// the models list of its adapter (SPEC §4).
+// probeURL is the URL of an account's probe, for messages.
 func (c *Checkup) probeURL(a *accounts.Account) string {
-	return proxy.ModelsURL(c.d.ChatGPTBase, c.d.OpenAIBase, a)
+	if c.d.Prober == nil {
+		return "(no prober)"
+	}
+	req, err := c.d.Prober.ProbeRequest(context.Background(), a, nil)
+	if err != nil {
+		return "(invalid base URL)"
+	}
+	return req.URL.String()
 }
 
 // VerifyFlagged re-checks every flagged account: for a ChatGPT account a
@@ -197,12 +201,13 @@ func (c *Checkup) verifyOne(ctx context.Context, a *accounts.Account, rep *Verif
 // adapter sends and returns the status and, for
 // an error, the upstream's message. The secret goes only into headers.
 func (c *Checkup) probe(ctx context.Context, a *accounts.Account, sec secrets.Secret) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.probeURL(a), nil)
-	if err != nil {
-		return 0, "", fmt.Errorf("invalid base URL %q", c.probeURL(a))
+	if c.d.Prober == nil {
+		return 0, "", errors.New("no prober configured")
 	}
-	proxy.SetAccountHeaders(req.Header, a, &sec)
-	req.Header.Set("Accept", "application/json")
+	req, err := c.d.Prober.ProbeRequest(ctx, a, &sec)
+	if err != nil {
+		return 0, "", fmt.Errorf("invalid base URL: %v", err)
+	}
 	resp, err := c.d.HTTP.Do(req)
 	if err != nil {
 		var ue *url.Error

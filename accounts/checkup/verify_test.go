@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -137,7 +138,7 @@ func TestVerifyFlagged(t *testing.T) {
 
 func TestVerifyFlaggedUnreadableStore(t *testing.T) {
 	h := newTestHome(t)
-	h.writeFile(accounts.FileName, "{", 0o600)
+	h.writeFile(home.AccountsFile, "{", 0o600)
 	if _, err := h.checkup().VerifyFlagged(context.Background(), false); err == nil {
 		t.Error("want an error for an unreadable store")
 	}

@@ -7,17 +7,13 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
 // RefreshLead is how long before expiry a token is refreshed.
 const RefreshLead = 5 * time.Minute
-
-// RefreshLockFile is the name of the lock that serializes refreshes of the
-// account with id across processes.
-func RefreshLockFile(id string) string { return ".refresh-" + id + ".lock" }
 
 // Refresher renews ChatGPT tokens so that, across every rotor process on
 // one ROTOR_HOME, at most one refresh per account runs at a time: it takes
@@ -46,7 +42,7 @@ type Refresher struct {
 // Refresh returns fresh tokens for a, whose request just failed (or was
 // about to) with the tokens in stale.
 func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secrets.Secret) (secrets.Secret, error) {
-	lock, err := homefs.LockFile(filepath.Join(r.Dir, RefreshLockFile(a.ID)), false, time.Minute)
+	lock, err := home.LockFile(filepath.Join(r.Dir, home.RefreshLock(a.ID)), false, time.Minute)
 	if err != nil {
 		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
 	}

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // fileVersion is the only secrets.json layout this package reads or writes.
@@ -15,7 +18,7 @@ const fileVersion = 1
 
 // tmpPattern names the temp files of atomic writes; a crash can leave one
 // behind, and it holds secrets, so writers sweep them (see sweepTemps).
-const tmpPattern = "." + FileName + ".tmp-*"
+const tmpPattern = "." + home.SecretsFile + ".tmp-*"
 
 // fileStore keeps every secret in dir/secrets.json:
 //
@@ -32,13 +35,10 @@ type fileStore struct {
 }
 
 func newFileStore(dir string) *fileStore {
-	return &fileStore{dir: dir, path: filepath.Join(dir, FileName), lock: lockPath(dir)}
+	return &fileStore{dir: dir, path: filepath.Join(dir, home.SecretsFile), lock: lockPath(dir)}
 }
 
-// LockFile is the file backend's cross-process lock in ROTOR_HOME.
-const LockFile = ".secrets.lock"
-
-func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
+func lockPath(dir string) string { return filepath.Join(dir, home.SecretsLock) }
 
 // fileDoc keeps entries raw, so a rewrite preserves entries it did not touch
 // byte for byte, including fields a newer rotor may have added.
@@ -222,37 +222,8 @@ func (s *fileStore) write(doc *fileDoc) (err error) {
 	}
 	b = append(b, '\n')
 	s.sweepTemps()
-	f, err := os.CreateTemp(s.dir, tmpPattern)
-	if err != nil {
-		return fail("create temp file", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	// CreateTemp already uses 0600; Chmod states the requirement and covers
-	// platforms where it might not.
-	if err := f.Chmod(0o600); err != nil {
-		return fail("chmod", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		return fail("write", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail("fsync", err)
-	}
-	if err := f.Close(); err != nil {
-		return fail("close", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fail("rename", err)
-	}
-	// Without this the rename itself may not survive a power loss.
-	if err := syncDir(s.dir); err != nil {
-		return fail("fsync directory", err)
+	if err := home.WriteFile(s.path, b); err != nil {
+		return fail("atomic write", err)
 	}
 	return nil
 }
@@ -266,18 +237,18 @@ func (s *fileStore) sweepTemps() {
 	}
 }
 
-// withLock runs fn holding a shared or exclusive flock on path. The lock
-// is per open file, so it excludes other goroutines of this process as well
-// as other processes, and the kernel drops it if the process dies.
+// lockWait bounds the wait for the secrets lock: every holder is a short
+// read or write, so waiting longer means something is wrong.
+const lockWait = 30 * time.Second
+
+// withLock runs fn holding a shared or exclusive lock on path (home's
+// cross-process lock, which dies with its process).
 func withLock(path string, exclusive bool, fn func() error) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	l, err := home.LockFile(path, !exclusive, lockWait)
 	if err != nil {
-		return &Error{Code: CodeStorageWrite, Path: path, Message: fmt.Sprintf("cannot open lock file %s: %v", path, err), Err: err}
-	}
-	defer f.Close() // closing also releases the lock
-	if err := lockFile(f, exclusive); err != nil {
 		return &Error{Code: CodeStorageWrite, Path: path, Message: fmt.Sprintf("cannot lock %s: %v", path, err), Err: err}
 	}
+	defer l.Unlock()
 	return fn()
 }
 
@@ -285,7 +256,7 @@ func withLock(path string, exclusive bool, fn func() error) error {
 // other users read or write it, and that mode. The keyring backend has no
 // such file; then it reports false.
 func Exposed(dir string) (os.FileMode, bool) {
-	fi, err := os.Stat(filepath.Join(dir, FileName))
+	fi, err := os.Stat(filepath.Join(dir, home.SecretsFile))
 	if err != nil {
 		return 0, false
 	}

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"errors"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,7 +90,7 @@ func TestSaltDamagedIsReportedNotReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := `{"version":1,"fingerprint_salt":"zz","secrets":{}}` + "\n"
-	path := filepath.Join(dir, FileName)
+	path := filepath.Join(dir, home.SecretsFile)
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -104,9 +104,6 @@ const (
 // Service is the keyring service every rotor item is stored under.
 const Service = "rotor"
 
-// FileName is the name of the file backend's file inside ROTOR_HOME.
-const FileName = "secrets.json"
-
 // DefaultTimeout bounds every keyring call unless WithTimeout says otherwise.
 const DefaultTimeout = 3 * time.Second
 

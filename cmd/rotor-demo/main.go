@@ -23,7 +23,7 @@ import (
 	"github.com/tidwall/gjson"
 	"golang.org/x/term"
 
-	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -50,11 +50,11 @@ func run(rotor, testdata string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	home, err := os.MkdirTemp("", "rotor-demo-")
+	homeDir, err := os.MkdirTemp("", "rotor-demo-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(home)
+	defer os.RemoveAll(homeDir)
 
 	up := fakeupstream.New(testdata)
 	if err := up.Start("127.0.0.1:0"); err != nil {
@@ -93,7 +93,7 @@ func run(rotor, testdata string, out io.Writer) error {
 		}})
 
 	env := append(os.Environ(),
-		"ROTOR_HOME="+home, "ROTOR_SECRETS=file",
+		"ROTOR_HOME="+homeDir, "ROTOR_SECRETS=file",
 		"ROTOR_OPENAI_BASE_URL="+up.OpenAIBase(), "ROTOR_CHATGPT_BASE_URL="+up.ChatGPTBase())
 	step := func(s string) { fmt.Fprintf(out, "\n== %s\n", s) }
 	cli := func(stdin string, args ...string) error {
@@ -104,7 +104,7 @@ func run(rotor, testdata string, out io.Writer) error {
 	}
 
 	step("A fake OpenAI upstream is running on " + up.URL() + " (no real account, no network)")
-	fmt.Fprintf(out, "ROTOR_HOME=%s\n", home)
+	fmt.Fprintf(out, "ROTOR_HOME=%s\n", homeDir)
 
 	step("Add three API-key accounts (keys are read from stdin, never argv)")
 	for _, a := range demoAccounts {
@@ -143,7 +143,7 @@ func run(rotor, testdata string, out io.Writer) error {
 		fmt.Fprintln(out, "  "+sc.Text())
 	}
 	go io.Copy(io.Discard, stdout)
-	info, err := waitInfo(home, serve.Process.Pid)
+	info, err := waitInfo(homeDir, serve.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -234,20 +234,20 @@ func drain(out io.Writer, lines <-chan string, d time.Duration) {
 }
 
 // waitInfo waits for the proxy to write proxy.json.
-func waitInfo(home string, pid int) (proxy.Info, error) {
+func waitInfo(dir string, pid int) (home.Info, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if in, err := proxy.ReadInfo(home); err == nil && in.PID == pid {
+		if in, err := home.ReadInfo(dir); err == nil && in.PID == pid {
 			return in, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return proxy.Info{}, fmt.Errorf("rotor serve wrote no proxy.json within 10s")
+	return home.Info{}, fmt.Errorf("rotor serve wrote no proxy.json within 10s")
 }
 
 // stream sends one streamed Responses request and prints the text deltas
 // the moment they arrive.
-func stream(out io.Writer, info proxy.Info) error {
+func stream(out io.Writer, info home.Info) error {
 	body, _ := json.Marshal(map[string]any{"model": "gpt-5", "stream": true, "input": "Say hello"})
 	req, err := http.NewRequest("POST", info.URL+"/responses", strings.NewReader(string(body)))
 	if err != nil {

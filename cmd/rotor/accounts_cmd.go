@@ -363,7 +363,7 @@ func stateText(r rotation.AccountStatus) string {
 		s += ":" + r.Reason
 	}
 	if !r.Until.IsZero() {
-		s += " for " + rotation.HumanDuration(time.Until(r.Until))
+		s += " for " + accounts.HumanDuration(time.Until(r.Until))
 	}
 	return s
 }

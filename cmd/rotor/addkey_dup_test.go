@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // The same API key is one account: a second add-key names the account
@@ -16,7 +16,7 @@ func TestAddKeyRefusesAKnownKey(t *testing.T) {
 	const key = "sk-proj-SAMEKEY0123456789abcdef"
 	h.addKey("work", key)
 	h.addKey("other", "sk-proj-OTHERKEY0123456789")
-	before, _ := os.ReadFile(h.path(accounts.FileName))
+	before, _ := os.ReadFile(h.path(home.AccountsFile))
 	if strings.Contains(string(before), "SAMEKEY") || !strings.Contains(string(before), `"key_fingerprint": "hmac-sha256:`) {
 		t.Fatalf("accounts.json should hold a keyed fingerprint and never the key:\n%s", before)
 	}
@@ -25,7 +25,7 @@ func TestAddKeyRefusesAKnownKey(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "This API key is already account 1 (work)") || !strings.Contains(r.stderr, "--update") {
 		t.Fatalf("a known key: want exit 1 naming account 1 (work) and --update: %v", r)
 	}
-	if after, _ := os.ReadFile(h.path(accounts.FileName)); string(after) != string(before) {
+	if after, _ := os.ReadFile(h.path(home.AccountsFile)); string(after) != string(before) {
 		t.Errorf("a refused add-key changed accounts.json")
 	}
 
@@ -41,11 +41,11 @@ func TestAddKeyRefusesAKnownKey(t *testing.T) {
 	// A third account carries the same key but no fingerprint, as one added
 	// by an older rotor would.
 	h.addKey("legacy", "sk-proj-PLACEHOLDER0123456789")
-	raw, _ := os.ReadFile(h.path(accounts.FileName))
+	raw, _ := os.ReadFile(h.path(home.AccountsFile))
 	p = h.pool()
 	fp := p.At(3).KeyFingerprint
 	raw = []byte(strings.Replace(string(raw), `"key_fingerprint": "`+fp+`",`, "", 1))
-	if err := os.WriteFile(h.path(accounts.FileName), raw, 0o600); err != nil {
+	if err := os.WriteFile(h.path(home.AccountsFile), raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sec, _ := os.ReadFile(h.path("secrets.json"))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
@@ -201,7 +202,7 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 // be read by other users: the keys in it are then theirs too.
 func (a *app) warnExposedSecrets(dir string) {
 	if mode, ok := secrets.Exposed(dir); ok {
-		path := filepath.Join(dir, secrets.FileName)
+		path := filepath.Join(dir, home.SecretsFile)
 		fmt.Fprintf(a.stderr, "rotor: warning: %s is %04o: other users can read your keys; run \"chmod 600 %s\" (or \"rotor fix\")\n", path, mode, path)
 	}
 }

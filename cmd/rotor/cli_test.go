@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -50,7 +51,7 @@ func TestIndexErrors(t *testing.T) {
 	h := newHome(t)
 	h.addKey("a", "sk-index-a")
 	h.addKey("b", "sk-index-b")
-	before, err := os.ReadFile(h.path(accounts.FileName))
+	before, err := os.ReadFile(h.path(home.AccountsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestIndexErrors(t *testing.T) {
 			t.Errorf("want exit 1 and stderr %q: %v", tc.stderr, r)
 		}
 	}
-	after, err := os.ReadFile(h.path(accounts.FileName))
+	after, err := os.ReadFile(h.path(home.AccountsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +226,11 @@ func TestAddKeyReadsStdin(t *testing.T) {
 	if sec[a.ID]["api_key"] != key || sec[b.ID]["api_key"] != "sk-second-key" {
 		t.Errorf("secrets.json = %v", sec)
 	}
-	if data, _ := os.ReadFile(h.path(accounts.FileName)); strings.Contains(string(data), "sk-") {
+	if data, _ := os.ReadFile(h.path(home.AccountsFile)); strings.Contains(string(data), "sk-") {
 		t.Errorf("accounts.json holds a key:\n%s", data)
 	}
 
-	before, _ := os.ReadFile(h.path(accounts.FileName))
+	before, _ := os.ReadFile(h.path(home.AccountsFile))
 	for _, tc := range []struct {
 		name, stdin string
 		args        []string
@@ -251,7 +252,7 @@ func TestAddKeyReadsStdin(t *testing.T) {
 			t.Errorf("%s: the output repeats the key: %v", tc.name, r)
 		}
 	}
-	if after, _ := os.ReadFile(h.path(accounts.FileName)); string(after) != string(before) {
+	if after, _ := os.ReadFile(h.path(home.AccountsFile)); string(after) != string(before) {
 		t.Errorf("a refused add-key changed accounts.json")
 	}
 	if n := len(h.secretsFile()); n != 2 {
@@ -387,7 +388,7 @@ func TestImportCodexErrors(t *testing.T) {
 			t.Errorf("the output shows a secret: %v", r)
 		}
 	}
-	if _, err := os.Stat(h.path(accounts.FileName)); err == nil {
+	if _, err := os.Stat(h.path(home.AccountsFile)); err == nil {
 		t.Error("a failed import wrote accounts.json")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -80,7 +81,7 @@ func (p palette) window(w *rotation.Window, now time.Time) string {
 	bar := strings.Repeat("█", full) + strings.Repeat("░", barCells-full)
 	text := fmt.Sprintf(" %3.0f%% used", used)
 	if !w.ResetsAt.IsZero() && w.ResetsAt.After(now) {
-		text += ", resets in " + rotation.HumanDuration(w.ResetsAt.Sub(now))
+		text += ", resets in " + accounts.HumanDuration(w.ResetsAt.Sub(now))
 	}
 	return p.paint(headroomColour(used), bar) + text
 }

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 func cmdDashboard(a *app, args []string) error {
@@ -25,7 +25,7 @@ func cmdDashboard(a *app, args []string) error {
 	link := dashboard.LoginURL(strings.TrimSuffix(in.URL, "/v1"), in.ClientKey, time.Now())
 	fmt.Fprintf(a.stdout, "%s\n", link)
 	fmt.Fprintf(a.stderr, "Open this link within %s; it works once. It logs this browser in to the dashboard of rotor serve (pid %d).\n",
-		rotation.HumanDuration(dashboard.LoginTTL), in.PID)
+		accounts.HumanDuration(dashboard.LoginTTL), in.PID)
 	if *open {
 		return openDashboard(dir, link)
 	}
@@ -36,10 +36,10 @@ func cmdDashboard(a *app, args []string) error {
 // the home that redirects to it, as Jupyter does: the one-time token never
 // appears in another process's argv.
 func openDashboard(dir, link string) error {
-	page := filepath.Join(dir, "dashboard-open.html")
+	page := filepath.Join(dir, home.DashboardOpenPage)
 	esc := html.EscapeString(link)
 	doc := "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" + esc + "\"><title>rotor</title><a href=\"" + esc + "\">Open the rotor dashboard</a>\n"
-	if err := homefs.WriteFile(page, []byte(doc)); err != nil {
+	if err := home.WriteFile(page, []byte(doc)); err != nil {
 		return err
 	}
 	if err := openBrowser(page); err != nil {

@@ -22,7 +22,7 @@ import (
 // serving, and dana, a ChatGPT account with quota windows known. Requests
 // have gone through it, so usage.jsonl has records to chart.
 type dashboardPool struct {
-	h    *home
+	h    *cliHome
 	p    *raceProc
 	base string // http://127.0.0.1:PORT
 	// secrets are strings that must never reach a page.

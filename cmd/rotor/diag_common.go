@@ -11,6 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -40,9 +41,9 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		SecretsMode: mode,
 		Runtime:     rotation.NewRuntime(dir, rotation.SystemClock{}),
 		HTTP:        &http.Client{},
-		ChatGPTBase: a.getenv("ROTOR_CHATGPT_BASE_URL"),
-		OpenAIBase:  a.getenv("ROTOR_OPENAI_BASE_URL"),
-		Now:         time.Now,
+		Prober: proxy.Prober{ChatGPTBase: strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+			OpenAIBase: strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")},
+		Now: time.Now,
 	}
 	if sec != nil {
 		// No Flag hook: the checkup disables and flags a hard failure

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -158,5 +159,5 @@ func waitText(f rotation.AccountForecast) string {
 	case f.ReadyAt.IsZero():
 		return "?"
 	}
-	return rotation.HumanDuration(f.Wait)
+	return accounts.HumanDuration(f.Wait)
 }

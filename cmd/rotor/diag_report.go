@@ -13,6 +13,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -87,7 +88,7 @@ func accountRef(pool *accounts.Pool, id string) (*int, *string) {
 }
 
 func toUsageBody(dir string, rep rotation.UsageReport, err error, pool *accounts.Pool) usageBody {
-	b := usageBody{Path: filepath.Join(dir, rotation.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
+	b := usageBody{Path: filepath.Join(dir, home.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
 		OldestRecord: rotation.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
 	if err != nil {
 		msg := err.Error()
@@ -262,7 +263,7 @@ func printUsage(w io.Writer, now time.Time, rep rotation.UsageReport, uerr error
 		fmt.Fprintln(w, "Usage:   no requests recorded yet.")
 		return nil
 	}
-	fmt.Fprintf(w, "Usage:   %s recorded, the oldest %s ago\n\n", diagPlural(int(rep.Records), "request", "requests"), rotation.HumanDuration(now.Sub(rep.Oldest)))
+	fmt.Fprintf(w, "Usage:   %s recorded, the oldest %s ago\n\n", diagPlural(int(rep.Records), "request", "requests"), accounts.HumanDuration(now.Sub(rep.Oldest)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  LAST\t"+usageCols)
 	for i := range rep.Windows {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 	"github.com/rotorproxy/rotor/rotation"
@@ -142,7 +143,7 @@ func (h *diagHome) path(name string) string { return filepath.Join(h.dir, name) 
 
 func (h *diagHome) pool() *accounts.Pool {
 	h.t.Helper()
-	data, err := os.ReadFile(h.path(accounts.FileName))
+	data, err := os.ReadFile(h.path(home.AccountsFile))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -330,7 +331,7 @@ func TestDiagFixCommand(t *testing.T) {
 	st, _ := accounts.Open(h.dir)
 	st.Update(func(p *accounts.Pool) error { p.Accounts[0].Label = "uno"; return nil }) // .bak holds this state
 	const damaged = `{"version":1,"accounts":[{"id":`
-	if err := os.WriteFile(h.path(accounts.FileName), []byte(damaged), 0o600); err != nil {
+	if err := os.WriteFile(h.path(home.AccountsFile), []byte(damaged), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.sec.Set("acct_9", secrets.Secret{APIKey: "sk-orphan"})
@@ -385,11 +386,11 @@ func TestDiagFixCommand(t *testing.T) {
 
 	// Nothing to restore from: exit 1, file untouched.
 	h2 := newDiagHome(t)
-	os.WriteFile(h2.path(accounts.FileName), []byte("{"), 0o600)
+	os.WriteFile(h2.path(home.AccountsFile), []byte("{"), 0o600)
 	if r := h2.run("fix"); r.code != 1 || !strings.Contains(r.stdout, "failed") {
 		t.Errorf("fix without backup: %+v", r)
 	}
-	if data, _ := os.ReadFile(h2.path(accounts.FileName)); string(data) != "{" {
+	if data, _ := os.ReadFile(h2.path(home.AccountsFile)); string(data) != "{" {
 		t.Error("the damaged store was overwritten")
 	}
 }
@@ -530,7 +531,7 @@ func TestDiagReportCommand(t *testing.T) {
 	}
 
 	// An unreadable store: still a report, without a forecast, and exit 1.
-	os.WriteFile(h.path(accounts.FileName), []byte("{"), 0o600)
+	os.WriteFile(h.path(home.AccountsFile), []byte("{"), 0o600)
 	v = h.runJSON(1, "report", "--json")
 	if diagField(t, v, "store", "readable") != false || diagField(t, v, "forecast") != nil || diagField(t, v, "store", "error") == nil {
 		t.Errorf("unreadable store report: %v", v)

@@ -48,7 +48,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
@@ -422,8 +422,7 @@ func (w *e2eWorld) command(ctx context.Context, name string, args ...string) *ex
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = w.env
 	cmd.Dir = w.work
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	ownGroup(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
@@ -594,7 +593,7 @@ func (p *e2eProc) wait() int {
 // serve starts `rotor serve --port 0` and returns its proxy.json once it is
 // written. The server is stopped with SIGTERM at the end of the test (it
 // must exit 0).
-func (w *e2eWorld) serve() proxy.Info {
+func (w *e2eWorld) serve() home.Info {
 	w.t.Helper()
 	p := w.start(5*time.Minute, w.bin, "serve", "--port", "0", "--log-format", "json")
 	w.t.Cleanup(func() {
@@ -614,7 +613,7 @@ func (w *e2eWorld) serve() proxy.Info {
 	}()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if in, err := proxy.ReadInfo(w.home); err == nil && in.PID == p.cmd.Process.Pid {
+		if in, err := home.ReadInfo(w.home); err == nil && in.PID == p.cmd.Process.Pid {
 			return in
 		}
 		select {
@@ -624,7 +623,7 @@ func (w *e2eWorld) serve() proxy.Info {
 		}
 	}
 	w.t.Fatalf("rotor serve wrote no proxy.json within 15s\nstderr:\n%s", p.stderr.String())
-	return proxy.Info{}
+	return home.Info{}
 }
 
 // e2ePost sends one Responses request to a rotor proxy.

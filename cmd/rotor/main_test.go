@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
 // rotorBin is the rotor binary the tests run, built once by TestMain.
@@ -45,20 +46,20 @@ func TestMain(m *testing.M) {
 // cmdTimeout bounds every run of the binary.
 const cmdTimeout = 60 * time.Second
 
-// home is a rotor home for one test, and the environment rotor runs with:
+// cliHome is a rotor home for one test, and the environment rotor runs with:
 // a fresh HOME, ROTOR_HOME (not created yet: rotor creates it),
 // ROTOR_SECRETS=file and a CODEX_HOME with no login in it.
-type home struct {
+type cliHome struct {
 	t    *testing.T
 	dir  string // ROTOR_HOME
 	env  []string
 	logs []result // every run, so tests can check no output leaks a secret
 }
 
-func newHome(t *testing.T) *home {
+func newHome(t *testing.T) *cliHome {
 	t.Helper()
 	root := t.TempDir()
-	h := &home{t: t, dir: filepath.Join(root, "rotor-home")}
+	h := &cliHome{t: t, dir: filepath.Join(root, "rotor-home")}
 	h.env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + filepath.Join(root, "user"),
@@ -70,7 +71,7 @@ func newHome(t *testing.T) *home {
 }
 
 // setenv sets one variable of the environment rotor runs with.
-func (h *home) setenv(key, value string) {
+func (h *cliHome) setenv(key, value string) {
 	for i, kv := range h.env {
 		if strings.HasPrefix(kv, key+"=") {
 			h.env[i] = key + "=" + value
@@ -91,7 +92,7 @@ func (r result) String() string {
 }
 
 // command prepares a run of the rotor binary with stdin.
-func (h *home) command(ctx context.Context, stdin string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+func (h *cliHome) command(ctx context.Context, stdin string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 	cmd := exec.CommandContext(ctx, rotorBin, args...)
 	cmd.Env = h.env
 	cmd.Stdin = strings.NewReader(stdin)
@@ -101,7 +102,7 @@ func (h *home) command(ctx context.Context, stdin string, args ...string) (*exec
 }
 
 // run runs rotor with stdin and args and returns its output and exit status.
-func (h *home) run(stdin string, args ...string) result {
+func (h *cliHome) run(stdin string, args ...string) result {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
@@ -122,7 +123,7 @@ func (h *home) run(stdin string, args ...string) result {
 }
 
 // ok runs rotor and fails the test unless it exits 0.
-func (h *home) ok(stdin string, args ...string) result {
+func (h *cliHome) ok(stdin string, args ...string) result {
 	h.t.Helper()
 	r := h.run(stdin, args...)
 	if r.code != 0 {
@@ -132,21 +133,21 @@ func (h *home) ok(stdin string, args ...string) result {
 }
 
 // addKey adds an API-key account with label and key.
-func (h *home) addKey(label, key string) {
+func (h *cliHome) addKey(label, key string) {
 	h.t.Helper()
 	h.ok(key, "add-key", "--label", label)
 }
 
-func (h *home) path(name string) string { return filepath.Join(h.dir, name) }
+func (h *cliHome) path(name string) string { return filepath.Join(h.dir, name) }
 
 // pool parses accounts.json with the store's own parser.
-func (h *home) pool() *accounts.Pool {
+func (h *cliHome) pool() *accounts.Pool {
 	h.t.Helper()
-	data, err := os.ReadFile(h.path(accounts.FileName))
+	data, err := os.ReadFile(h.path(home.AccountsFile))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	p, err := accounts.Parse(h.path(accounts.FileName), data)
+	p, err := accounts.Parse(h.path(home.AccountsFile), data)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func (h *home) pool() *accounts.Pool {
 }
 
 // secretsFile is the content of secrets.json: account id to secret fields.
-func (h *home) secretsFile() map[string]map[string]any {
+func (h *cliHome) secretsFile() map[string]map[string]any {
 	h.t.Helper()
 	data, err := os.ReadFile(h.path("secrets.json"))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -62,5 +63,5 @@ func ago(t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	return rotation.HumanDuration(time.Since(t)) + " ago"
+	return accounts.HumanDuration(time.Since(t)) + " ago"
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
@@ -45,7 +46,7 @@ type proxyOptions struct {
 func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
 	if serve {
 		fs.StringVar(&o.host, "host", "127.0.0.1", "listen on the loopback address `H` (127.0.0.0/8, ::1 or localhost)")
-		o.port = proxy.DefaultPort
+		o.port = home.DefaultPort
 		fs.Var((*portValue)(&o.port), "port", "listen on port `P` (0 picks a free one)")
 	}
 	fs.StringVar(&o.account, "account", "", "use only account `SEL` (index, id, label or email) in this process")
@@ -73,12 +74,12 @@ func (p *portValue) Set(s string) error {
 
 // listenErr explains a failed listen. A busy port names the rotor serve on
 // this home that holds it, when one does, and the way out (--port 0).
-func listenErr(err error, home, host string, port int) error {
+func listenErr(err error, dir, host string, port int) error {
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return err
 	}
 	msg := fmt.Sprintf("Port %d on %s is already in use by another program.", port, host)
-	if in, ok := proxy.Holder(home, port); ok {
+	if in, ok := home.Holder(dir, port); ok {
 		msg = fmt.Sprintf("Port %d on %s is already in use by rotor serve (pid %d, up since %s, %s); use it (eval \"$(rotor env)\") or stop it.",
 			port, host, in.PID, in.StartedAt.Local().Format("2006-01-02 15:04"), in.URL)
 	}
@@ -259,12 +260,12 @@ func cmdServe(a *app, args []string) error {
 		return err
 	}
 	pid := os.Getpid()
-	if err := proxy.WriteInfo(r.home, proxy.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: time.Now().UTC()}); err != nil {
+	if err := home.WriteInfo(r.home, home.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: time.Now().UTC()}); err != nil {
 		r.stop()
 		return err
 	}
 	fmt.Fprintf(a.stdout, "rotor proxy listening on %s\n", r.url)
-	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", filepath.Join(r.home, proxy.RecordName(pid)))
+	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", filepath.Join(r.home, home.RecordName(pid)))
 	select {
 	case <-sigs:
 	case err := <-r.served:
@@ -272,7 +273,7 @@ func cmdServe(a *app, args []string) error {
 	}
 	fmt.Fprintln(a.stderr, "rotor: shutting down, letting in-flight requests finish (up to 30s)")
 	err = r.stop()
-	proxy.RemoveInfo(r.home, pid)
+	home.RemoveInfo(r.home, pid)
 	return err
 }
 
@@ -290,11 +291,11 @@ func cmdEnv(a *app, args []string) error {
 
 // liveServe is the record of a running serve on this home, the default
 // port's first: with several serves on one home each keeps its own.
-func (a *app) liveServe() (dir string, in proxy.Info, err error) {
+func (a *app) liveServe() (dir string, in home.Info, err error) {
 	if dir, err = a.home(); err != nil {
 		return "", in, err
 	}
-	if in, err = proxy.LiveInfo(dir); err != nil {
+	if in, err = home.LiveInfo(dir); err != nil {
 		return dir, in, rerr.NotFound("No running proxy found in " + dir + ". Start one with \"rotor serve\".")
 	}
 	return dir, in, nil

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
@@ -26,7 +26,7 @@ func TestServeRefusesNonLoopbackHost(t *testing.T) {
 		if r.code != 1 || !strings.Contains(r.stderr, host) {
 			t.Errorf("--host %s: %v", host, r)
 		}
-		if _, err := os.Stat(h.path(proxy.InfoFile)); !os.IsNotExist(err) {
+		if _, err := os.Stat(h.path(home.InfoFile)); !os.IsNotExist(err) {
 			t.Errorf("--host %s wrote proxy.json", host)
 		}
 	}
@@ -53,11 +53,11 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	var info proxy.Info
+	var info home.Info
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var err error
-		if info, err = proxy.ReadInfo(h.dir); err == nil && info.PID == cmd.Process.Pid {
+		if info, err = home.ReadInfo(h.dir); err == nil && info.PID == cmd.Process.Pid {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -68,7 +68,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	if !strings.HasPrefix(info.URL, "http://127.0.0.1:") || len(info.ClientKey) < 32 {
 		t.Fatalf("proxy.json %+v", info)
 	}
-	if fi, _ := os.Stat(h.path(proxy.InfoFile)); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(h.path(home.InfoFile)); fi.Mode().Perm() != 0o600 {
 		t.Errorf("proxy.json mode %v", fi.Mode().Perm())
 	}
 	env := h.ok("", "env")
@@ -104,7 +104,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(stdout.String(), "rotor proxy listening on "+info.URL) {
 		t.Errorf("stdout %q", stdout)
 	}
-	if _, err := os.Stat(h.path(proxy.InfoFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(h.path(home.InfoFile)); !os.IsNotExist(err) {
 		t.Error("proxy.json left behind after a clean shutdown")
 	}
 	// Its request was logged as one JSON line, without the key.

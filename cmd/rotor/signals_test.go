@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rotorproxy/rotor/proxy"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
@@ -25,7 +25,7 @@ import (
 
 // signalHome is a home with one API-key account in front of a fake
 // upstream, set up for raceServe.
-func signalHome(t *testing.T, b fakeupstream.Behavior) *home {
+func signalHome(t *testing.T, b fakeupstream.Behavior) *cliHome {
 	t.Helper()
 	up := fakeupstream.New("../../testdata")
 	if err := up.Start(""); err != nil {
@@ -259,7 +259,7 @@ func TestTwoServesKeepTheirRecords(t *testing.T) {
 	first := raceServe(t, rotorBin, h.env, "first")
 	second := raceServe(t, rotorBin, h.env, "second")
 	for _, p := range []*raceProc{first, second} {
-		if _, err := os.Stat(h.path(proxy.RecordName(p.cmd.Process.Pid))); err != nil {
+		if _, err := os.Stat(h.path(home.RecordName(p.cmd.Process.Pid))); err != nil {
 			t.Errorf("no record of %s: %v", p.name, err)
 		}
 	}
@@ -274,14 +274,14 @@ func TestTwoServesKeepTheirRecords(t *testing.T) {
 		}
 	}
 	first.stop(t)
-	if _, err := os.Stat(h.path(proxy.RecordName(second.cmd.Process.Pid))); err != nil {
+	if _, err := os.Stat(h.path(home.RecordName(second.cmd.Process.Pid))); err != nil {
 		t.Errorf("stopping the first serve removed the second's record: %v", err)
 	}
 	env = h.ok("", "env")
 	if !strings.Contains(env.stdout, second.url) {
 		t.Errorf("after the first stopped, rotor env printed %q, want %s", env.stdout, second.url)
 	}
-	in, err := proxy.ReadInfo(h.dir)
+	in, err := home.ReadInfo(h.dir)
 	if err != nil || in.PID != second.cmd.Process.Pid {
 		t.Errorf("proxy.json names %+v (%v), want the live second serve", in, err)
 	}

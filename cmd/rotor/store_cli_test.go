@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/homefs"
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -96,7 +96,7 @@ func TestUnreadableStore(t *testing.T) {
 			h := newHome(t)
 			h.addKey("a", "sk-good-a")
 			h.addKey("b", "sk-good-b") // accounts.json.bak now exists
-			store := h.path(accounts.FileName)
+			store := h.path(home.AccountsFile)
 			if err := os.Remove(store); err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +190,7 @@ func TestConcurrentAddKey(t *testing.T) {
 	// Each update appended one account, so the backups are prefixes of the
 	// final list: .bak has all 21 (the current state), .bak.1 20, .bak.2 19.
 	for b := range accounts.Backups {
-		name := homefs.BackupName(h.path(accounts.FileName), b)
+		name := home.BackupName(h.path(home.AccountsFile), b)
 		data, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
@@ -217,7 +217,7 @@ func TestConcurrentAddKey(t *testing.T) {
 func TestWritersWaitForLock(t *testing.T) {
 	h := newHome(t)
 	h.addKey("a", "sk-lock-a")
-	l, err := homefs.LockFile(h.path(".lock"), false, 5*time.Second)
+	l, err := home.LockFile(h.path(".lock"), false, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestFixAfterTruncationKeepsEveryKey(t *testing.T) {
 		h.addKey(k[3:], k)
 	}
 	secretsBefore, _ := os.ReadFile(h.path("secrets.json"))
-	if err := os.WriteFile(h.path(accounts.FileName), []byte(`{"version":1,"accounts":[{"id":`), 0o600); err != nil {
+	if err := os.WriteFile(h.path(home.AccountsFile), []byte(`{"version":1,"accounts":[{"id":`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if r := h.run("", "list"); r.code != 1 || !strings.Contains(r.stderr, "rotor fix") {

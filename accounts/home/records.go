@@ -1,4 +1,4 @@
-package proxy
+package home
 
 import (
 	"cmp"
@@ -11,10 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/rotorproxy/rotor/accounts/homefs"
 )
 
 // InfoFile is the record clients and `rotor env` read: the serve to use
@@ -27,8 +24,8 @@ const InfoFile = "proxy.json"
 const (
 	recordPrefix = "proxy-"
 	recordSuffix = ".json"
-	// infoLock orders the serves' writes of their records.
-	infoLock = ".proxy.lock"
+	// serveLock orders the serves' writes of their records.
+	serveLock = ".proxy.lock"
 )
 
 // DefaultPort is serve's default port; its serve is the one to use.
@@ -75,19 +72,19 @@ func WriteInfo(dir string, in Info) error {
 	if err != nil {
 		return err
 	}
-	l, err := homefs.LockFile(filepath.Join(dir, infoLock), false, 5*time.Second)
+	l, err := LockFile(filepath.Join(dir, serveLock), false, 5*time.Second)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
-	if err := homefs.WriteFile(filepath.Join(dir, RecordName(in.PID)), append(data, '\n')); err != nil {
+	if err := WriteFile(filepath.Join(dir, RecordName(in.PID)), append(data, '\n')); err != nil {
 		return err
 	}
 	cur, err := ReadInfo(dir)
 	if err == nil && cur.PID != in.PID && ProcessAlive(cur.PID) && (cur.defaultPort() || !in.defaultPort()) {
 		return nil
 	}
-	return homefs.WriteFile(filepath.Join(dir, InfoFile), append(data, '\n'))
+	return WriteFile(filepath.Join(dir, InfoFile), append(data, '\n'))
 }
 
 // ReadInfo reads proxy.json; os.ErrNotExist when there is none. The serve
@@ -159,7 +156,7 @@ func LiveInfo(dir string) (Info, error) {
 // proxy.json if it names that serve, which then names the best other
 // live serve, or goes. A serve stopping never removes another's record.
 func RemoveInfo(dir string, pid int) error {
-	l, err := homefs.LockFile(filepath.Join(dir, infoLock), false, 5*time.Second)
+	l, err := LockFile(filepath.Join(dir, serveLock), false, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -176,7 +173,7 @@ func RemoveInfo(dir string, pid int) error {
 	for _, in := range ins {
 		if in.PID != pid && ProcessAlive(in.PID) {
 			data, _ := json.MarshalIndent(in, "", "  ")
-			return cmp.Or(err, homefs.WriteFile(filepath.Join(dir, InfoFile), append(data, '\n')))
+			return cmp.Or(err, WriteFile(filepath.Join(dir, InfoFile), append(data, '\n')))
 		}
 	}
 	if rmErr := os.Remove(filepath.Join(dir, InfoFile)); !errors.Is(rmErr, os.ErrNotExist) {
@@ -188,14 +185,4 @@ func RemoveInfo(dir string, pid int) error {
 // IsRecord reports whether name (a file in ROTOR_HOME) is a serve record.
 func IsRecord(name string) bool {
 	return name == InfoFile || strings.HasPrefix(name, recordPrefix) && strings.HasSuffix(name, recordSuffix)
-}
-
-// ProcessAlive reports whether process pid runs, as a check of the pid in
-// a serve record; EPERM means it runs as another user.
-func ProcessAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

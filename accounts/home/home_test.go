@@ -1,4 +1,4 @@
-package homefs
+package home
 
 import (
 	"errors"

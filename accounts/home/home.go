@@ -1,17 +1,19 @@
-// Package homefs writes and locks files in ROTOR_HOME the way every rotor
-// file must be handled: atomically (temp file, fsync, rename, fsync of the
-// directory), mode 0600 in a 0700 directory, under cross-process locks.
+// Package home is ROTOR_HOME on disk: the one place that writes and locks
+// its files the way every rotor file must be handled: atomically (temp
+// file, fsync, rename, fsync of the directory), mode 0600 in a 0700
+// directory, under cross-process locks (flock on Unix, LockFileEx on
+// Windows). It also keeps the serves' records (proxy.json).
 //
 // A reader never sees a half-written file, and a writer killed at any moment
-// leaves either the old or the new content behind, never a mix.
-package homefs
+// leaves either the old or the new content behind, never a mix. A lock dies
+// with its process, so a kill -9 never leaves a stale one behind.
+package home
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -80,19 +82,6 @@ func WriteFileMode(path string, data []byte, perm os.FileMode) error {
 	return syncDir(dir)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	// Some filesystems refuse fsync on a directory; the rename is done either way.
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return err
-	}
-	return nil
-}
-
 // Rotate keeps n rotating backups of path: path.bak is the newest, then
 // path.bak.1 … path.bak.(n-1). It copies the current file to path.bak after
 // shifting the older ones; a missing path is not an error.
@@ -123,29 +112,29 @@ func BackupName(path string, i int) string {
 	return fmt.Sprintf("%s.bak.%d", path, i)
 }
 
-// Lock is a held cross-process lock (flock) on a lock file.
+// Lock is a held cross-process lock on a lock file.
 type Lock struct{ f *os.File }
 
-// LockFile takes an exclusive (or, with shared, a shared) flock on path,
-// creating it 0600, waiting at most timeout. The kernel drops the lock when
-// the process dies, so a kill -9 never leaves a stale lock behind.
+// errBusy is what tryLock returns when another holder has the lock.
+var errBusy = errors.New("lock is held")
+
+// LockFile takes an exclusive (or, with shared, a shared) lock on path,
+// creating it 0600, waiting at most timeout (0: one try). The lock is per
+// open file: it excludes other goroutines of this process as well as
+// other processes.
 func LockFile(path string, shared bool, timeout time.Duration) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return nil, err
 	}
-	how := syscall.LOCK_EX
-	if shared {
-		how = syscall.LOCK_SH
-	}
 	deadline := time.Now().Add(timeout)
 	wait := time.Millisecond
 	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		err := tryLock(f, shared)
 		if err == nil {
 			return &Lock{f: f}, nil
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+		if !errors.Is(err, errBusy) {
 			f.Close()
 			return nil, err
 		}
@@ -160,12 +149,31 @@ func LockFile(path string, shared bool, timeout time.Duration) (*Lock, error) {
 	}
 }
 
+// TryLock takes an exclusive lock on an existing lock file without
+// waiting; ok is false when someone holds it. It never creates the file.
+func TryLock(path string) (l *Lock, ok bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	switch err := tryLock(f, false); {
+	case err == nil:
+		return &Lock{f: f}, true, nil
+	case errors.Is(err, errBusy):
+		f.Close()
+		return nil, false, nil
+	default:
+		f.Close()
+		return nil, false, err
+	}
+}
+
 // Unlock releases the lock.
 func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	err := l.f.Close() // closing the descriptor drops the flock
+	err := l.f.Close() // closing the descriptor drops the lock
 	l.f = nil
 	return err
 }

@@ -1,0 +1,46 @@
+package home
+
+import "strings"
+
+// The files and locks of ROTOR_HOME (SPEC §2), named in one place. A lock
+// file is never removed while rotor runs: two processes could then hold
+// "the" lock on two different files.
+const (
+	AccountsFile = "accounts.json" // the pool (accounts.Store)
+	AccountsLock = ".lock"
+
+	SecretsFile = "secrets.json" // the file secrets backend
+	SecretsLock = ".secrets.lock"
+
+	StateFile = "state.json" // runtime state shared by every rotor process
+	StateLock = ".state.lock"
+
+	UsageFile    = "usage.jsonl" // one line per finished request
+	UsageOldFile = UsageFile + ".1"
+	UsageLock    = ".usage.lock" // rotations of usage.jsonl, never appends
+
+	DashboardOpenPage = "dashboard-open.html" // rotor dashboard --open's redirect
+)
+
+// refreshLockPrefix and refreshLockSuffix frame a refresh lock's account id.
+const (
+	refreshLockPrefix = ".refresh-"
+	refreshLockSuffix = ".lock"
+)
+
+// RefreshLock is the lock that serializes token refreshes of one account
+// across processes.
+func RefreshLock(id string) string { return refreshLockPrefix + id + refreshLockSuffix }
+
+// RefreshLockAccount is the account id a refresh lock file is named for,
+// and whether name is one.
+func RefreshLockAccount(name string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(name, refreshLockPrefix)
+	if !ok || name == AccountsLock {
+		return "", false
+	}
+	return strings.CutSuffix(rest, refreshLockSuffix)
+}
+
+// CoreLocks are the lock files every rotor command uses.
+var CoreLocks = []string{AccountsLock, SecretsLock, StateLock, UsageLock, serveLock}
