@@ -19,7 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // The proxy benchmarks report what a user feels, as custom metrics:
@@ -192,7 +192,7 @@ func BenchmarkStreamMemory(b *testing.B) {
 func BenchmarkConcurrentStreams(b *testing.B) {
 	const n = 2000
 	e := newBenchEnv(b)
-	e.up.SetDefault(fakeupstream.Behavior{EventDelay: 20 * time.Millisecond})
+	e.up.SetDefault(upstreamtest.Behavior{EventDelay: 20 * time.Millisecond})
 	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 		MaxConnsPerHost: n, MaxIdleConnsPerHost: n, DisableCompression: true}}
 	for b.Loop() {

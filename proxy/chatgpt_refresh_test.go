@@ -9,8 +9,9 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -25,14 +26,14 @@ import (
 // and fake upstream of an env from newEnv.
 type chatgptRefreshEnv struct {
 	*env
-	auth *fakeupstream.AuthServer
+	auth *oauthtest.Server
 	sec  secrets.Store
 }
 
 func newChatGPTRefreshEnv(t *testing.T, accts []acct) *chatgptRefreshEnv {
 	t.Helper()
 	base := newEnv(t, accts)
-	auth := fakeupstream.NewAuth()
+	auth := oauthtest.New()
 	if err := auth.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func chatgptExpectOK(t *testing.T, resp *http.Response) {
 
 func TestChatGPTRefreshAfter401RetriesSameAccount(t *testing.T) {
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
-	e.up.Set("c1", fakeupstream.Behavior{Status: 401})
+	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
 	e.auth.AddRefreshToken("r-c1")
 
 	chatgptExpectOK(t, e.do("POST", "/v1/responses", streamBody))
@@ -129,7 +130,7 @@ func TestChatGPTRefreshBeforeExpiry(t *testing.T) {
 
 func TestChatGPTDeadRefreshTokenFlagsAndRotates(t *testing.T) {
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
-	e.up.Set("c1", fakeupstream.Behavior{Status: 401})
+	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
 	// r-c1 was never issued by the fake: invalid_grant.
 	compatPrefer(e.env, 1)
 	chatgptExpectOK(t, e.do("POST", "/v1/responses", streamBody))
@@ -156,7 +157,7 @@ func TestChatGPTDeadRefreshTokenFlagsAndRotates(t *testing.T) {
 
 func TestChatGPTRefreshServerErrorCoolsDownWithoutFlag(t *testing.T) {
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
-	e.up.Set("c1", fakeupstream.Behavior{Status: 401})
+	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
 	e.auth.AddRefreshToken("r-c1")
 	e.auth.FailRefresh(500, `{"error":"server_error"}`)
 	compatPrefer(e.env, 1)

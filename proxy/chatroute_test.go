@@ -13,7 +13,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -85,7 +85,7 @@ func TestChatStreamOnChatGPTAccountIsTranslated(t *testing.T) {
 	for _, fx := range []string{"hello.sse", "tool_call.sse", "parallel_tool_calls.sse", "reasoning_summary.sse", "incomplete_max_tokens.sse", "rate_limits_first.sse"} {
 		t.Run(fx, func(t *testing.T) {
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
-			e.up.Set("cg", fakeupstream.Behavior{Stream: fx})
+			e.up.Set("cg", upstreamtest.Behavior{Stream: fx})
 			resp := e.do("POST", "/v1/chat/completions", chatStreamBody)
 			if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 				t.Fatalf("status %d type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), readAll(t, resp))
@@ -119,7 +119,7 @@ func TestChatStreamFinishReasonsAndUsageChunk(t *testing.T) {
 	}
 	for fx, finish := range cases {
 		e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
-		e.up.Set("cg", fakeupstream.Behavior{Stream: fx})
+		e.up.Set("cg", upstreamtest.Behavior{Stream: fx})
 		got := chatData(t, e.do("POST", "/v1/chat/completions", chatStreamBody).Body)
 		n := len(got)
 		if n < 3 || !strings.Contains(got[n-3], finish) || !strings.Contains(got[n-2], `"choices":[]`) ||
@@ -240,7 +240,7 @@ func TestChatOnAPIKeyAccountIsForwardedByteForByte(t *testing.T) {
 func TestChatStreamIsTranslatedAsItArrives(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	const gap = 200 * time.Millisecond
-	e.up.Set("cg", fakeupstream.Behavior{EventDelay: gap})
+	e.up.Set("cg", upstreamtest.Behavior{EventDelay: gap})
 	resp := e.do("POST", "/v1/chat/completions", chatStreamBody)
 	defer resp.Body.Close()
 	start := time.Now()
@@ -267,7 +267,7 @@ func TestChatStreamIsTranslatedAsItArrives(t *testing.T) {
 
 func TestChatFailureAfterFirstByteEndsWithAnErrorChunk(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
-	e.up.Set("cg", fakeupstream.Behavior{Stream: "failed_after_output.sse"})
+	e.up.Set("cg", upstreamtest.Behavior{Stream: "failed_after_output.sse"})
 	got := chatData(t, e.do("POST", "/v1/chat/completions", chatStreamBody).Body)
 	n := len(got)
 	if n < 3 || !strings.HasPrefix(got[n-2], `{"error":{`) || !strings.Contains(got[n-2], `"code":"server_error"`) || got[n-1] != "[DONE]" {
@@ -278,7 +278,7 @@ func TestChatFailureAfterFirstByteEndsWithAnErrorChunk(t *testing.T) {
 	}
 	// A stream cut mid-way: the client still gets an error chunk.
 	e2 := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
-	e2.up.Set("cg", fakeupstream.Behavior{ResetAfter: 5})
+	e2.up.Set("cg", upstreamtest.Behavior{ResetAfter: 5})
 	got = chatData(t, e2.do("POST", "/v1/chat/completions", chatStreamBody).Body)
 	if n := len(got); n < 2 || !strings.Contains(got[n-2], `"code":"stream_interrupted"`) || got[n-1] != "[DONE]" {
 		t.Errorf("reset stream chunks %q", got)
@@ -291,12 +291,12 @@ func TestChatFailureAfterFirstByteEndsWithAnErrorChunk(t *testing.T) {
 func TestChatFailoverIsTheResponsesFailover(t *testing.T) {
 	cases := []struct {
 		name string
-		bad  fakeupstream.Behavior
+		bad  upstreamtest.Behavior
 		mark func(st rotation.AccountState) bool
 	}{
-		{"usage limit", fakeupstream.Behavior{Status: 429}, func(st rotation.AccountState) bool { return !st.RateLimitedUntil.IsZero() }},
-		{"5xx", fakeupstream.Behavior{Status: 500}, func(st rotation.AccountState) bool { return st.CooldownReason == rotation.CooldownServerError }},
-		{"failed before output", fakeupstream.Behavior{Stream: "failed_overloaded.sse"}, func(st rotation.AccountState) bool { return st.CooldownReason == rotation.CooldownServerError }},
+		{"usage limit", upstreamtest.Behavior{Status: 429}, func(st rotation.AccountState) bool { return !st.RateLimitedUntil.IsZero() }},
+		{"5xx", upstreamtest.Behavior{Status: 500}, func(st rotation.AccountState) bool { return st.CooldownReason == rotation.CooldownServerError }},
+		{"failed before output", upstreamtest.Behavior{Stream: "failed_overloaded.sse"}, func(st rotation.AccountState) bool { return st.CooldownReason == rotation.CooldownServerError }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -315,12 +315,12 @@ func TestChatFailoverIsTheResponsesFailover(t *testing.T) {
 	}
 	t.Run("entitlement", func(t *testing.T) {
 		e := newEnv(t, []acct{{accounts.KindChatGPT, "a"}, {accounts.KindChatGPT, "b"}})
-		e.up.SetDefault(fakeupstream.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
+		e.up.SetDefault(upstreamtest.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
 		expectError(t, e.do("POST", "/v1/chat/completions", chatStreamBody), 403, rerr.EntitlementError)
 	})
 	t.Run("every account at its limit", func(t *testing.T) {
 		e := newEnv(t, []acct{{accounts.KindChatGPT, "a"}, {accounts.KindAPIKey, "b"}})
-		e.up.SetDefault(fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
+		e.up.SetDefault(upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 		got := expectError(t, e.do("POST", "/v1/chat/completions", chatStreamBody), 429, rerr.PoolExhausted)
 		if got.Type != rerr.TypeUsageLimit || got.Extra["resets_at"] == nil {
 			t.Errorf("payload %+v", got)
@@ -330,7 +330,7 @@ func TestChatFailoverIsTheResponsesFailover(t *testing.T) {
 		a := newEnv(t, []acct{{accounts.KindChatGPT, "old"}})
 		f := newFakeRefresher(t, a, false)
 		e := a.peer(withRefresher(f))
-		e.up.Set("old", fakeupstream.Behavior{Status: 401})
+		e.up.Set("old", upstreamtest.Behavior{Status: 401})
 		got := chatData(t, e.do("POST", "/v1/chat/completions", chatStreamBody).Body)
 		if chatContent(got) != helloText || len(f.Calls()) != 1 {
 			t.Errorf("content %q refreshes %v", chatContent(got), f.Calls())

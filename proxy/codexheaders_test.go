@@ -8,7 +8,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // The headers Codex CLI sends with a turn reach a ChatGPT upstream, and the
@@ -36,7 +36,7 @@ func TestCodexHeadersPassBothWays(t *testing.T) {
 		"x-models-etag":                       `W/"models-9"`,
 		"x-reasoning-included":                "true",
 	}
-	e.up.Set("cg", fakeupstream.Behavior{Headers: back})
+	e.up.Set("cg", upstreamtest.Behavior{Headers: back})
 	var hdr []string
 	for k, v := range sent {
 		hdr = append(hdr, k, v)
@@ -78,8 +78,8 @@ func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
 			"x-codex-plan-type":                   "plus",
 		}
 	}
-	e.up.Set("late", fakeupstream.Behavior{Status: 429, ResetIn: 3 * time.Hour, Headers: limit("100", "90")})
-	e.up.Set("soon", fakeupstream.Behavior{Status: 429, ResetIn: 40 * time.Minute, Headers: limit("100", "55")})
+	e.up.Set("late", upstreamtest.Behavior{Status: 429, ResetIn: 3 * time.Hour, Headers: limit("100", "90")})
+	e.up.Set("soon", upstreamtest.Behavior{Status: 429, ResetIn: 40 * time.Minute, Headers: limit("100", "55")})
 	for round := range 2 { // the second answers from state, asking no upstream
 		resp := e.do("POST", "/v1/responses", streamBody)
 		expectError(t, resp, 429, rerr.PoolExhausted)

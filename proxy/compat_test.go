@@ -19,7 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -451,7 +451,7 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 
 func TestHoldBackFailedStreamFailsOver(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
-	e.up.Set("c1", fakeupstream.Behavior{Stream: "failed_overloaded.sse"})
+	e.up.Set("c1", upstreamtest.Behavior{Stream: "failed_overloaded.sse"})
 	compatPrefer(e, 1)
 	resp := e.do("POST", "/v1/responses", streamBody)
 	if resp.StatusCode != 200 {
@@ -490,7 +490,7 @@ func TestHoldBackFailedStreamFailsOver(t *testing.T) {
 
 func TestHoldBackFailedStreamFailsOverForNonStreamingClient(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
-	e.up.Set("c1", fakeupstream.Behavior{Stream: "failed_overloaded.sse"})
+	e.up.Set("c1", upstreamtest.Behavior{Stream: "failed_overloaded.sse"})
 	compatPrefer(e, 1)
 	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5","input":"hi"}`)
 	if resp.StatusCode != 200 {
@@ -509,7 +509,7 @@ func TestHoldBackOnlyAccountFailingAtOnceIsAnError(t *testing.T) {
 	// No one to fail over to: the client gets a proxy error, not a 200
 	// carrying response.failed.
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
-	e.up.Set("c1", fakeupstream.Behavior{Stream: "failed_overloaded.sse"})
+	e.up.Set("c1", upstreamtest.Behavior{Stream: "failed_overloaded.sse"})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	if resp.StatusCode != 503 {
 		t.Fatalf("status %d: %.300s", resp.StatusCode, readAll(t, resp))
@@ -525,7 +525,7 @@ var compatResetAtRE = regexp.MustCompile(`"reset_at":([0-9]+)`)
 func TestRateLimitsFirstStreamReachesClientIntact(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	const resetIn = 45 * time.Minute
-	e.up.Set("c1", fakeupstream.Behavior{Stream: "rate_limits_first.sse", ResetIn: resetIn})
+	e.up.Set("c1", upstreamtest.Behavior{Stream: "rate_limits_first.sse", ResetIn: resetIn})
 	start := time.Now()
 	// The fixture's model, so the fake has nothing to rewrite.
 	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5-codex","stream":true,"store":false,"instructions":"","input":"hi"}`)
@@ -649,7 +649,7 @@ func compatQuotaHeaders(t *testing.T, used string) map[string]string {
 
 func TestQuotaNearlySpentAccountIsDeferred(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
-	e.up.Set("c1", fakeupstream.Behavior{ResetIn: 2 * time.Hour, Headers: compatQuotaHeaders(t, "")}) // 96% used: 4% left
+	e.up.Set("c1", upstreamtest.Behavior{ResetIn: 2 * time.Hour, Headers: compatQuotaHeaders(t, "")}) // 96% used: 4% left
 	compatPrefer(e, 1)
 	compatExpectHello(t, e.do("POST", "/v1/responses", streamBody))
 	if e.up.Count("c1") != 1 {
@@ -706,7 +706,7 @@ func compatExpectHello(t *testing.T, resp *http.Response) {
 // timeout.
 func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "short"}}, func(c *Config) { c.StallTimeout = 3 * time.Second })
-	e.up.Set("short", fakeupstream.Behavior{Stream: "truncated_bootstrap_only.sse"})
+	e.up.Set("short", upstreamtest.Behavior{Stream: "truncated_bootstrap_only.sse"})
 	start := time.Now()
 	resp := e.do("POST", "/v1/responses", streamBody)
 	types := sseEvents(t, resp.Body)

@@ -15,7 +15,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -29,42 +29,42 @@ func TestFailoverUsageLimitRateLimitsUntilReset(t *testing.T) {
 	httpDate := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
 	cases := []struct {
 		name string
-		b    func() fakeupstream.Behavior
+		b    func() upstreamtest.Behavior
 		// wait is how long the account must be rate-limited; tol how
 		// precisely.
 		wait, tol time.Duration
 	}{
-		{"codex 429 body resets_at", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ResetIn: 2 * time.Hour}
+		{"codex 429 body resets_at", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ResetIn: 2 * time.Hour}
 		}, 2 * time.Hour, 2 * time.Second},
-		{"codex 404 usage_limit_reached", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 404, ErrorFixture: "usage_limit_404.json", ResetIn: 30 * time.Minute}
+		{"codex 404 usage_limit_reached", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 404, ErrorFixture: "usage_limit_404.json", ResetIn: 30 * time.Minute}
 		}, 30 * time.Minute, 2 * time.Second},
-		{"429 rate_limit_exceeded retry-after seconds", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
+		{"429 rate_limit_exceeded retry-after seconds", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
 				Headers: map[string]string{"retry-after": "17"}}
 		}, 17 * time.Second, time.Second},
-		{"404 rate_limit_exceeded retry-after seconds", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 404, ErrorFixture: "rate_limit_exceeded_429.json",
+		{"404 rate_limit_exceeded retry-after seconds", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 404, ErrorFixture: "rate_limit_exceeded_429.json",
 				Headers: map[string]string{"retry-after": "23"}}
 		}, 23 * time.Second, time.Second},
-		{"429 retry-after-ms", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
+		{"429 retry-after-ms", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
 				Headers: map[string]string{"retry-after-ms": "45500", "retry-after": "999"}}
 		}, 45500 * time.Millisecond, time.Second},
-		{"429 Retry-After HTTP date", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
+		{"429 Retry-After HTTP date", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
 				Headers: map[string]string{"Retry-After": httpDate(3 * time.Minute)}}
 		}, 3 * time.Minute, 2 * time.Second},
-		{"429 x-codex-primary-reset-at of a full window", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ErrorFixture: "server_error_500.json", ResetIn: 40 * time.Minute,
+		{"429 x-codex-primary-reset-at of a full window", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ErrorFixture: "server_error_500.json", ResetIn: 40 * time.Minute,
 				Headers: map[string]string{"x-codex-primary-used-percent": "100", "x-codex-primary-reset-at": "{{RESETS_AT}}"}}
 		}, 40 * time.Minute, 2 * time.Second},
-		{"429 without any signal: 60 s default", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json"}
+		{"429 without any signal: 60 s default", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json"}
 		}, rotation.DefaultRateLimit, time.Second},
-		{"429 asking for 30 days: clamped to 7", func() fakeupstream.Behavior {
-			return fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
+		{"429 asking for 30 days: clamped to 7", func() upstreamtest.Behavior {
+			return upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
 				Headers: map[string]string{"retry-after": strconv.Itoa(30 * 24 * 3600)}}
 		}, rotation.MaxRateLimit, time.Second},
 	}
@@ -93,9 +93,9 @@ func TestFailoverUsageLimitRateLimitsUntilReset(t *testing.T) {
 
 func TestPoolExhaustedWhenEveryAccountIsRateLimited(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}, {accounts.KindChatGPT, "b"}, {accounts.KindAPIKey, "c"}})
-	e.up.Set("a", fakeupstream.Behavior{Status: 429, ResetIn: 2 * time.Hour})
-	e.up.Set("b", fakeupstream.Behavior{Status: 429, ResetIn: 30 * time.Minute})
-	e.up.Set("c", fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json", Headers: map[string]string{"retry-after": "3600"}})
+	e.up.Set("a", upstreamtest.Behavior{Status: 429, ResetIn: 2 * time.Hour})
+	e.up.Set("b", upstreamtest.Behavior{Status: 429, ResetIn: 30 * time.Minute})
+	e.up.Set("c", upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json", Headers: map[string]string{"retry-after": "3600"}})
 	start := time.Now()
 	first := start.Add(30 * time.Minute)
 
@@ -137,7 +137,7 @@ func TestPoolExhaustedWhenEveryAccountIsRateLimited(t *testing.T) {
 
 func TestEntitlementSkipsAccountWithoutRateLimiting(t *testing.T) {
 	e := newEnv(t, twoAPIKeys())
-	e.up.Set("bad", fakeupstream.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
+	e.up.Set("bad", upstreamtest.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
 	e.prefer(1)
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 	e.expectCounts(map[string]int{"bad": 1, "good": 1})
@@ -153,7 +153,7 @@ func TestEntitlementSkipsAccountWithoutRateLimiting(t *testing.T) {
 func TestEntitlementErrorWhenNoAccountHasIt(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "x"}, {accounts.KindChatGPT, "y"}})
 	for _, tok := range []string{"x", "y"} {
-		e.up.Set(tok, fakeupstream.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
+		e.up.Set(tok, upstreamtest.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
 	}
 	resp := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, resp, 403, rerr.EntitlementError)
@@ -168,7 +168,7 @@ func TestEntitlementErrorWhenNoAccountHasIt(t *testing.T) {
 
 func TestUnauthorizedCoolsDownAndRotates(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
-	e.up.Set("bad", fakeupstream.Behavior{Status: 401})
+	e.up.Set("bad", upstreamtest.Behavior{Status: 401})
 	e.prefer(1)
 	start := time.Now()
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
@@ -188,7 +188,7 @@ func TestUnauthorizedCoolsDownAndRotates(t *testing.T) {
 
 func TestTokenInvalidatedStopsWithoutRotating(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
-	e.up.Set("bad", fakeupstream.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
+	e.up.Set("bad", upstreamtest.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
 	e.prefer(1)
 	start := time.Now()
 	resp := e.do("POST", "/v1/responses", streamBody)
@@ -227,7 +227,7 @@ func TestDeactivatedWorkspaceDisablesAndRotates(t *testing.T) {
 	for _, status := range []int{402, 403} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
-			e.up.Set("bad", fakeupstream.Behavior{Status: status, ErrorFixture: "deactivated_workspace_402.json"})
+			e.up.Set("bad", upstreamtest.Behavior{Status: status, ErrorFixture: "deactivated_workspace_402.json"})
 			e.prefer(1)
 			expectStream(t, e.do("POST", "/v1/responses", streamBody))
 			e.expectCounts(map[string]int{"bad": 1, "good": 1})
@@ -251,11 +251,11 @@ func TestDeactivatedWorkspaceDisablesAndRotates(t *testing.T) {
 func TestCloudflareChallengeIsBlockedWithoutBlamingTheAccount(t *testing.T) {
 	cases := []struct {
 		name string
-		b    fakeupstream.Behavior
+		b    upstreamtest.Behavior
 	}{
-		{"challenge page", fakeupstream.Behavior{Status: 403}},
-		{"html without cf-mitigated", fakeupstream.Behavior{Status: 403, Headers: map[string]string{"cf-mitigated": "no"}}},
-		{"cf-mitigated on a JSON body", fakeupstream.Behavior{Status: 403, ErrorFixture: "bad_request_400.json",
+		{"challenge page", upstreamtest.Behavior{Status: 403}},
+		{"html without cf-mitigated", upstreamtest.Behavior{Status: 403, Headers: map[string]string{"cf-mitigated": "no"}}},
+		{"cf-mitigated on a JSON body", upstreamtest.Behavior{Status: 403, ErrorFixture: "bad_request_400.json",
 			Headers: map[string]string{"cf-mitigated": "challenge"}}},
 	}
 	for _, c := range cases {
@@ -285,7 +285,7 @@ func TestServerErrorCoolsDownAndRotates(t *testing.T) {
 	for _, status := range []int{500, 502, 503} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			e := newEnv(t, twoAPIKeys())
-			e.up.Set("bad", fakeupstream.Behavior{Status: status})
+			e.up.Set("bad", upstreamtest.Behavior{Status: status})
 			e.prefer(1)
 			start := time.Now()
 			expectStream(t, e.do("POST", "/v1/responses", streamBody))
@@ -305,7 +305,7 @@ func TestServerErrorCoolsDownAndRotates(t *testing.T) {
 func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 	clk := &skewClock{}
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "bad"}}).peer(withClock(clk))
-	e.up.Set("bad", fakeupstream.Behavior{Status: 500})
+	e.up.Set("bad", upstreamtest.Behavior{Status: 500})
 	for i := 1; i <= 3; i++ {
 		resp := e.do("POST", "/v1/responses", streamBody)
 		got := expectError(t, resp, 503, rerr.PoolExhausted)
@@ -345,7 +345,7 @@ func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 	}
 	// Once the circuit closes, the account is tried again.
 	clk.advance(rotation.CircuitOpen)
-	e.up.Set("bad", fakeupstream.Behavior{})
+	e.up.Set("bad", upstreamtest.Behavior{})
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 }
 
@@ -367,7 +367,7 @@ func TestConnectErrorMarksTheEndpointNotTheAccount(t *testing.T) {
 
 func TestHungUpstreamMarksItsEndpoint(t *testing.T) {
 	e := newEnv(t, twoAPIKeys(), stallTimeout(100*time.Millisecond), responseTimeout(300*time.Millisecond))
-	e.up.Set("bad", fakeupstream.Behavior{HangHeaders: true})
+	e.up.Set("bad", upstreamtest.Behavior{HangHeaders: true})
 	// The same fake under another name is another endpoint: the good
 	// account is reached there.
 	e.setBaseURL(2, strings.Replace(e.up.OpenAIBase(), "127.0.0.1", "localhost", 1))
@@ -387,16 +387,16 @@ func TestHungUpstreamMarksItsEndpoint(t *testing.T) {
 func TestOtherClientErrorsAreReturnedAsIs(t *testing.T) {
 	cases := []struct {
 		name     string
-		b        fakeupstream.Behavior
+		b        upstreamtest.Behavior
 		code     string
 		message  string
 		wantType string
 	}{
-		{"422", fakeupstream.Behavior{Status: 422, ErrorFixture: "bad_request_400.json"}, "unsupported_parameter",
+		{"422", upstreamtest.Behavior{Status: 422, ErrorFixture: "bad_request_400.json"}, "unsupported_parameter",
 			"Unsupported parameter: 'temperature' is not supported with this model.", rerr.TypeInvalidRequest},
-		{"404 model not found", fakeupstream.Behavior{Status: 404, ErrorFixture: "bad_request_400.json"}, "unsupported_parameter",
+		{"404 model not found", upstreamtest.Behavior{Status: 404, ErrorFixture: "bad_request_400.json"}, "unsupported_parameter",
 			"Unsupported parameter: 'temperature' is not supported with this model.", rerr.TypeInvalidRequest},
-		{"400 detail string", fakeupstream.Behavior{Status: 400, ErrorFixture: "stream_required_400.json"}, "upstream_error",
+		{"400 detail string", upstreamtest.Behavior{Status: 400, ErrorFixture: "stream_required_400.json"}, "upstream_error",
 			"Stream must be set to true", rerr.TypeInvalidRequest},
 	}
 	for _, c := range cases {
@@ -420,7 +420,7 @@ func TestOtherClientErrorsAreReturnedAsIs(t *testing.T) {
 
 func TestClientErrorIsReturnedNormalized(t *testing.T) {
 	e := newEnv(t, twoAPIKeys())
-	e.up.Set("bad", fakeupstream.Behavior{Status: 400})
+	e.up.Set("bad", upstreamtest.Behavior{Status: 400})
 	e.prefer(1)
 	resp := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, resp, 400, "unsupported_parameter")
@@ -451,7 +451,7 @@ func TestAtMostFourAttempts(t *testing.T) {
 		accts = append(accts, acct{accounts.KindAPIKey, tok})
 	}
 	e := newEnv(t, accts)
-	e.up.SetDefault(fakeupstream.Behavior{Status: 500})
+	e.up.SetDefault(upstreamtest.Behavior{Status: 500})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, resp, 503, rerr.PoolExhausted)
 	if got.Extra["reason"] != "server-error" || got.Type != rerr.TypeServer || !got.Retryable {
@@ -485,7 +485,7 @@ func TestAtMostFourAttempts(t *testing.T) {
 	nearNum(t, "retry_after_ms", got.Extra["retry_after_ms"], 0, 0)
 	expectNoRetryHeaders(t, resp)
 	// The next request gets the fifth account.
-	e.up.SetDefault(fakeupstream.Behavior{})
+	e.up.SetDefault(upstreamtest.Behavior{})
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 }
 
@@ -496,7 +496,7 @@ func TestAttemptBudgetSpentOnUsageLimits(t *testing.T) {
 		accts = append(accts, acct{accounts.KindAPIKey, tok})
 	}
 	e := newEnv(t, accts)
-	e.up.SetDefault(fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
+	e.up.SetDefault(upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, resp, 503, rerr.PoolExhausted)
 	if sr := skipReasons(t, got); len(sr) != 4 {
@@ -536,7 +536,7 @@ func TestPinnedAccountUnavailable(t *testing.T) {
 			} else {
 				e.sel.SetProcessPin(e.id(2))
 			}
-			e.up.Set("p2", fakeupstream.Behavior{Status: 429, ResetIn: 90 * time.Minute})
+			e.up.Set("p2", upstreamtest.Behavior{Status: 429, ResetIn: 90 * time.Minute})
 			reset := time.Now().Add(90 * time.Minute)
 			check := func(resp *http.Response) {
 				t.Helper()
@@ -571,7 +571,7 @@ func TestPinnedAccountUnavailable(t *testing.T) {
 	t.Run("server error", func(t *testing.T) {
 		e := newEnv(t, twoAPIKeys())
 		e.pin(1)
-		e.up.Set("bad", fakeupstream.Behavior{Status: 500})
+		e.up.Set("bad", upstreamtest.Behavior{Status: 500})
 		resp := e.do("POST", "/v1/responses", streamBody)
 		got := expectError(t, resp, 503, rerr.PinnedUnavailable)
 		if got.Extra["reason"] != "cooling-down:server-error" || got.Extra["pin_source"] != rotation.PinManual {
@@ -582,7 +582,7 @@ func TestPinnedAccountUnavailable(t *testing.T) {
 	t.Run("auth failure", func(t *testing.T) {
 		e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
 		e.sel.SetProcessPin(e.id(1))
-		e.up.Set("bad", fakeupstream.Behavior{Status: 401})
+		e.up.Set("bad", upstreamtest.Behavior{Status: 401})
 		resp := e.do("POST", "/v1/responses", streamBody)
 		got := expectError(t, resp, 503, rerr.PinnedUnavailable)
 		if got.Extra["reason"] != "cooling-down:auth-failure" || got.Extra["pin_source"] != rotation.PinProcess {
@@ -659,7 +659,7 @@ func TestUnauthorizedRefreshesOnceOnTheSameAccount(t *testing.T) {
 		a := newEnv(t, []acct{{accounts.KindChatGPT, "old"}, {accounts.KindChatGPT, "other"}})
 		ref := newFakeRefresher(t, a, false)
 		e := a.peer(withRefresher(ref))
-		e.up.Set("old", fakeupstream.Behavior{Status: 401})
+		e.up.Set("old", upstreamtest.Behavior{Status: 401})
 		e.prefer(1)
 		expectStream(t, e.do("POST", "/v1/responses", streamBody))
 		e.expectCounts(map[string]int{"old": 1, "fresh-old": 1, "other": 0})
@@ -679,7 +679,7 @@ func TestUnauthorizedRefreshesOnceOnTheSameAccount(t *testing.T) {
 		a := newEnv(t, []acct{{accounts.KindChatGPT, "old"}, {accounts.KindChatGPT, "other"}})
 		ref := newFakeRefresher(t, a, true)
 		e := a.peer(withRefresher(ref))
-		e.up.Set("old", fakeupstream.Behavior{Status: 401})
+		e.up.Set("old", upstreamtest.Behavior{Status: 401})
 		e.prefer(1)
 		expectStream(t, e.do("POST", "/v1/responses", streamBody))
 		e.expectCounts(map[string]int{"old": 1, "other": 1})
@@ -694,8 +694,8 @@ func TestUnauthorizedRefreshesOnceOnTheSameAccount(t *testing.T) {
 		a := newEnv(t, []acct{{accounts.KindChatGPT, "old"}, {accounts.KindChatGPT, "other"}})
 		ref := newFakeRefresher(t, a, false)
 		e := a.peer(withRefresher(ref))
-		e.up.Set("old", fakeupstream.Behavior{Status: 401})
-		e.up.Set("fresh-old", fakeupstream.Behavior{Status: 401})
+		e.up.Set("old", upstreamtest.Behavior{Status: 401})
+		e.up.Set("fresh-old", upstreamtest.Behavior{Status: 401})
 		e.prefer(1)
 		expectStream(t, e.do("POST", "/v1/responses", streamBody))
 		e.expectCounts(map[string]int{"old": 1, "fresh-old": 1, "fresh-fresh-old": 0, "other": 1})

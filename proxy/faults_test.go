@@ -16,7 +16,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -65,7 +65,7 @@ func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
 		t.Fatal("endpoint not marked")
 	}
 	// The network comes back: the very next request gets through.
-	back := fakeupstream.New("../testdata")
+	back := upstreamtest.New("../testdata")
 	if err := back.Start(dead); err != nil {
 		t.Skipf("cannot listen on %s again: %v", dead, err)
 	}
@@ -81,7 +81,7 @@ func TestSlowNonStreamAnswerIsWaitedForNotRetried(t *testing.T) {
 	// A stream:false answer starts only once it is complete: here after
 	// about a second, far past the stall timeout.
 	e := newEnv(t, twoAPIKeys(), stallTimeout(200*time.Millisecond))
-	e.up.Set("bad", fakeupstream.Behavior{EventDelay: 100 * time.Millisecond})
+	e.up.Set("bad", upstreamtest.Behavior{EventDelay: 100 * time.Millisecond})
 	e.prefer(1)
 	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5","input":"hi"}`)
 	body := readAll(t, resp)
@@ -90,7 +90,7 @@ func TestSlowNonStreamAnswerIsWaitedForNotRetried(t *testing.T) {
 	}
 	e.expectCounts(map[string]int{"bad": 1, "good": 0})
 	// Slow headers before a stream: the same.
-	e.up.Set("bad", fakeupstream.Behavior{HeaderDelay: 600 * time.Millisecond})
+	e.up.Set("bad", upstreamtest.Behavior{HeaderDelay: 600 * time.Millisecond})
 	e.sel.SetProcessPin(e.id(1)) // a pin never rotates: a cut would be a 503
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 	e.expectCounts(map[string]int{"bad": 2, "good": 0})
@@ -101,7 +101,7 @@ func TestClientThatLeavesEndsTheFailover(t *testing.T) {
 	e := newEnv(t, twoAPIKeys(), stallTimeout(400*time.Millisecond))
 	// Account 1's stream stalls before any output: without a client the
 	// stall must not be charged, nor the request sent on to account 2.
-	e.up.Set("bad", fakeupstream.Behavior{StallAfter: 1})
+	e.up.Set("bad", upstreamtest.Behavior{StallAfter: 1})
 	e.prefer(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -122,7 +122,7 @@ func TestClientThatLeavesEndsTheFailover(t *testing.T) {
 
 func TestOwnConnectionLimitAnswersOverloadedAndMarksNobody(t *testing.T) {
 	e := newEnv(t, twoAPIKeys(), func(c *Config) { c.MaxUpstreamConns, c.ConnWait = 1, 200*time.Millisecond })
-	e.up.SetDefault(fakeupstream.Behavior{EventDelay: 300 * time.Millisecond})
+	e.up.SetDefault(upstreamtest.Behavior{EventDelay: 300 * time.Millisecond})
 	e.prefer(1)
 	first := e.do("POST", "/v1/responses", streamBody) // holds the only connection while it streams
 	defer first.Body.Close()
@@ -242,13 +242,13 @@ const echoKey = "sk-test-echo-0123456789abcdef"
 
 func TestAccountSecretsNeverReachTheClient(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, echoKey}})
-	e.up.Set(echoKey, fakeupstream.Behavior{Status: 400, ErrorFixture: "key_echo_400.json"})
+	e.up.Set(echoKey, upstreamtest.Behavior{Status: 400, ErrorFixture: "key_echo_400.json"})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	body := readAll(t, resp)
 	if resp.StatusCode != 400 || strings.Contains(body, echoKey) || !strings.Contains(body, "[redacted]") {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
-	e.up.Set(echoKey, fakeupstream.Behavior{Headers: map[string]string{
+	e.up.Set(echoKey, upstreamtest.Behavior{Headers: map[string]string{
 		"Set-Cookie": "session=" + echoKey, "Authorization": "Bearer " + echoKey, "WWW-Authenticate": "Bearer", "x-kept": "yes"}})
 	resp = e.do("POST", "/v1/responses", streamBody)
 	readAll(t, resp)
@@ -325,7 +325,7 @@ func TestConcurrentStreamsPastTheOldPoolLimit(t *testing.T) {
 		t.Skip("load test")
 	}
 	e := newEnv(t, twoAPIKeys())
-	e.up.SetDefault(fakeupstream.Behavior{EventDelay: 50 * time.Millisecond})
+	e.up.SetDefault(upstreamtest.Behavior{EventDelay: 50 * time.Millisecond})
 	const n = 600
 	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxConnsPerHost: n, MaxIdleConnsPerHost: n, DisableCompression: true}}
 	var wg sync.WaitGroup

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -32,7 +32,7 @@ type acct struct {
 // with a store, secrets and runtime state in a temporary ROTOR_HOME.
 type env struct {
 	t     testing.TB
-	up    *fakeupstream.Server
+	up    *upstreamtest.Server
 	store *accounts.Store
 	sel   *rotation.Selector
 	srv   *Server
@@ -45,7 +45,7 @@ type envOption func(*Config)
 
 func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	t.Helper()
-	up := fakeupstream.New("../testdata")
+	up := upstreamtest.New("../testdata")
 	if err := up.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 // startProxy starts a proxy on the ROTOR_HOME dir in front of up, wired as
 // `rotor serve` wires it: its own store handle, secrets, runtime state,
 // selector and usage log. It is shut down when the test ends.
-func startProxy(t testing.TB, up *fakeupstream.Server, dir string, pc peerConfig, opts ...envOption) *env {
+func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
 	if pc.clock == nil {
 		pc.clock = rotation.SystemClock{}

@@ -11,7 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rs/zerolog"
 )
 
@@ -71,7 +71,7 @@ func TestChatGPTAdapterHeaders(t *testing.T) {
 
 func TestStreamIsIncremental(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "slow"}})
-	e.up.Set("slow", fakeupstream.Behavior{EventDelay: 200 * time.Millisecond})
+	e.up.Set("slow", upstreamtest.Behavior{EventDelay: 200 * time.Millisecond})
 	start := time.Now()
 	resp := e.do("POST", "/v1/responses", streamBody)
 	defer resp.Body.Close()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -27,7 +27,7 @@ func sharedPair(t *testing.T, accts []acct) (a, b *env) {
 
 func TestRateLimitLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 	a, b := sharedPair(t, []acct{{accounts.KindChatGPT, "lim"}, {accounts.KindChatGPT, "ok"}})
-	a.up.Set("lim", fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
+	a.up.Set("lim", upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 	// A is pinned to account 1 for this process only, so its request
 	// surely meets the limit (a process pin is not shared).
 	a.sel.SetProcessPin(a.id(1))
@@ -55,7 +55,7 @@ func TestRateLimitLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 
 func TestCooldownLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 	a, b := sharedPair(t, twoAPIKeys())
-	a.up.Set("bad", fakeupstream.Behavior{Status: 500})
+	a.up.Set("bad", upstreamtest.Behavior{Status: 500})
 	a.prefer(1)
 	expectStream(t, a.do("POST", "/v1/responses", streamBody))
 	a.expectCounts(map[string]int{"bad": 1, "good": 1})
@@ -117,7 +117,7 @@ func TestPinWrittenToTheStoreReachesBothProxies(t *testing.T) {
 
 func TestFlagWrittenByOneProxyReachesTheOther(t *testing.T) {
 	a, b := sharedPair(t, []acct{{accounts.KindChatGPT, "dead"}, {accounts.KindChatGPT, "ok"}})
-	a.up.Set("dead", fakeupstream.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
+	a.up.Set("dead", upstreamtest.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
 	a.prefer(1)
 	expectError(t, a.do("POST", "/v1/responses", streamBody), 401, rerr.TokenInvalidated)
 	eventually(t, time.Second, "proxy B to see the flag", func() bool {
@@ -139,7 +139,7 @@ func TestRefreshedTokenReachesTheOtherProxy(t *testing.T) {
 	// B reads and caches the current token.
 	expectStream(t, b.do("POST", "/v1/responses", streamBody))
 	// Upstream invalidates it; A refreshes.
-	a.up.Set("old", fakeupstream.Behavior{Status: 401})
+	a.up.Set("old", upstreamtest.Behavior{Status: 401})
 	expectStream(t, a.do("POST", "/v1/responses", streamBody))
 	a.expectCounts(map[string]int{"old": 2, "fresh-old": 1})
 	tokensAt := a.state(1).TokensAt
@@ -153,9 +153,9 @@ func TestRefreshedTokenReachesTheOtherProxy(t *testing.T) {
 
 func TestConcurrentRequestsAcrossTwoProxies(t *testing.T) {
 	a, b := sharedPair(t, []acct{{accounts.KindAPIKey, "lim"}, {accounts.KindAPIKey, "err"}, {accounts.KindAPIKey, "ok1"}, {accounts.KindAPIKey, "ok2"}})
-	a.up.Set("lim", fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
-	a.up.Set("err", fakeupstream.Behavior{Status: 500})
-	a.up.Set("ok1", fakeupstream.Behavior{EventDelay: 5 * time.Millisecond})
+	a.up.Set("lim", upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
+	a.up.Set("err", upstreamtest.Behavior{Status: 500})
+	a.up.Set("ok1", upstreamtest.Behavior{EventDelay: 5 * time.Millisecond})
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)
 	for i := range 24 {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -36,7 +36,7 @@ func completed(types []string) bool {
 
 func TestStreamResetMidwayIsCutAndCharged(t *testing.T) {
 	e := newEnv(t, twoAPIKeys())
-	e.up.Set("bad", fakeupstream.Behavior{ResetAfter: 3})
+	e.up.Set("bad", upstreamtest.Behavior{ResetAfter: 3})
 	e.prefer(1)
 	start := time.Now()
 	resp := e.do("POST", "/v1/responses", streamBody)
@@ -69,7 +69,7 @@ func TestStreamResetMidwayIsCutAndCharged(t *testing.T) {
 
 func TestStalledStreamIsCutAndCharged(t *testing.T) {
 	e := newEnv(t, twoAPIKeys(), stallTimeout(300*time.Millisecond))
-	e.up.Set("bad", fakeupstream.Behavior{StallAfter: 4})
+	e.up.Set("bad", upstreamtest.Behavior{StallAfter: 4})
 	e.prefer(1)
 	start := time.Now()
 	resp := e.do("POST", "/v1/responses", streamBody)
@@ -96,7 +96,7 @@ func TestStalledStreamIsCutAndCharged(t *testing.T) {
 
 func TestClientGoneCancelsUpstreamWithoutBlamingAccount(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
-	e.up.Set("c1", fakeupstream.Behavior{EventDelay: 150 * time.Millisecond})
+	e.up.Set("c1", upstreamtest.Behavior{EventDelay: 150 * time.Millisecond})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	br := bufio.NewReader(resp.Body)
 	line, err := br.ReadString('\n')
@@ -127,12 +127,12 @@ func TestStreamFailingBeforeAnyOutputFailsOver(t *testing.T) {
 	// reached the client yet and the next account can serve.
 	cases := []struct {
 		name   string
-		b      fakeupstream.Behavior
+		b      upstreamtest.Behavior
 		reason string
 	}{
-		{"reset after response.created", fakeupstream.Behavior{ResetAfter: 1}, "cooling-down:network-error"},
-		{"stall after response.in_progress", fakeupstream.Behavior{StallAfter: 2}, "cooling-down:network-error"},
-		{"response.failed overloaded", fakeupstream.Behavior{Stream: "failed_overloaded.sse"}, "cooling-down:server-error"},
+		{"reset after response.created", upstreamtest.Behavior{ResetAfter: 1}, "cooling-down:network-error"},
+		{"stall after response.in_progress", upstreamtest.Behavior{StallAfter: 2}, "cooling-down:network-error"},
+		{"response.failed overloaded", upstreamtest.Behavior{Stream: "failed_overloaded.sse"}, "cooling-down:server-error"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestClientGoneDuringUpstreamStallEndsByStallTimeout(t *testing.T) {
 	// silent upstream is only given up at the stall timeout; that bound
 	// must hold.
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}}, stallTimeout(300*time.Millisecond))
-	e.up.Set("k1", fakeupstream.Behavior{StallAfter: 4})
+	e.up.Set("k1", upstreamtest.Behavior{StallAfter: 4})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	br := bufio.NewReader(resp.Body)
 	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "event: response.created") {
@@ -256,7 +256,7 @@ func TestNonStreamedAnswerHasLengthAndUsage(t *testing.T) {
 
 func TestQuotaFromHeaders(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
-	e.up.Set("c1", fakeupstream.Behavior{ResetIn: 90 * time.Minute, Headers: map[string]string{
+	e.up.Set("c1", upstreamtest.Behavior{ResetIn: 90 * time.Minute, Headers: map[string]string{
 		"x-codex-primary-used-percent":          "37.5",
 		"x-codex-primary-window-minutes":        "300",
 		"x-codex-primary-reset-at":              "{{RESETS_AT}}",
@@ -286,7 +286,7 @@ func TestQuotaFromHeaders(t *testing.T) {
 
 func TestQuotaFromRateLimitsEvent(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
-	e.up.Set("c1", fakeupstream.Behavior{Stream: "rate_limits_first.sse", ResetIn: 45 * time.Minute})
+	e.up.Set("c1", upstreamtest.Behavior{Stream: "rate_limits_first.sse", ResetIn: 45 * time.Minute})
 	start := time.Now()
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 	var q *rotation.Quota

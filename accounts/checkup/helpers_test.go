@@ -19,7 +19,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -30,7 +30,7 @@ type testHome struct {
 	dir  string
 	sec  secrets.Store
 	auth *fakeAuth
-	up   *fakeupstream.Server
+	up   *upstreamtest.Server
 }
 
 func newTestHome(t *testing.T) *testHome {
@@ -43,7 +43,7 @@ func newTestHome(t *testing.T) *testHome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

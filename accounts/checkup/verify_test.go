@@ -11,7 +11,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 func flagged(a acct, enabled bool) acct {
@@ -29,7 +29,7 @@ func TestVerifyFlagged(t *testing.T) {
 		apiKey("fine", "sk-fine"),
 	)
 	// The refused account's new token is still refused upstream.
-	h.up.Set("at-rt-good-r", fakeupstream.Behavior{Status: 401})
+	h.up.Set("at-rt-good-r", upstreamtest.Behavior{Status: 401})
 
 	// Dry run: says what it would try; no refresh, no probe, no change.
 	before := h.snapshot()
@@ -114,7 +114,7 @@ func TestVerifyFlagged(t *testing.T) {
 	}
 
 	// The ChatGPT probe carries the adapter's headers and the fresh token.
-	var probe *fakeupstream.Recorded
+	var probe *upstreamtest.Recorded
 	for _, r := range h.up.Requests() {
 		if r.Path == "/backend-api/codex/models" && r.Token == "at-rt-good-w" {
 			probe = &r

@@ -12,8 +12,8 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
 // linkEnv is a ROTOR_HOME with one ChatGPT account imported from a Codex
@@ -40,8 +40,8 @@ func newLinkEnv(t *testing.T, linked bool) *linkEnv {
 	e.refreshEnv = *newRefreshEnv(t, oauth.SecretFrom(tok, time.Now()))
 	e.auth.Close()
 	e.auth = auth
-	e.acct.ChatGPTAccountID = fakeupstream.DefaultAuthIdentity.AccountID
-	e.acct.Email = fakeupstream.DefaultAuthIdentity.Email
+	e.acct.ChatGPTAccountID = oauthtest.DefaultIdentity.AccountID
+	e.acct.Email = oauthtest.DefaultIdentity.Email
 	e.file = filepath.Join(t.TempDir(), "codex-home", "auth.json")
 	if err := os.MkdirAll(filepath.Dir(e.file), 0o700); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestRefreshWritesTheLinkedCodexFile(t *testing.T) {
 	if f.Tokens.AccessToken != issued.AccessToken || f.Tokens.RefreshToken != issued.RefreshToken || f.Tokens.IDToken != issued.IDToken {
 		t.Error("auth.json does not hold the new pair")
 	}
-	if f.Tokens.AccountID != fakeupstream.DefaultAuthIdentity.AccountID || f.Future["kept"] != true || f.APIKey != nil {
+	if f.Tokens.AccountID != oauthtest.DefaultIdentity.AccountID || f.Future["kept"] != true || f.APIKey != nil {
 		t.Errorf("other fields of auth.json changed: %+v", f)
 	}
 	lr, err := time.Parse(time.RFC3339Nano, f.LastRefresh)
@@ -202,13 +202,13 @@ func TestUnlinkedAccountNeverTouchesTheCodexFile(t *testing.T) {
 func TestLinkedFileOfAnotherLoginIsLeftAlone(t *testing.T) {
 	e := newLinkEnv(t, true)
 	// Codex was logged in to another account since.
-	e.auth.SetIdentity(fakeupstream.AuthIdentity{Email: "bob@example.com", AccountID: "another-workspace", PlanType: "pro"})
+	e.auth.SetIdentity(oauthtest.Identity{Email: "bob@example.com", AccountID: "another-workspace", PlanType: "pro"})
 	e.auth.AddRefreshToken("rt-bob")
 	bob, err := oauth.NewClient(e.auth.URL()).Refresh(refreshCtx(t), "rt-bob")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.auth.SetIdentity(fakeupstream.DefaultAuthIdentity)
+	e.auth.SetIdentity(oauthtest.DefaultIdentity)
 	e.writeCodex(t, bob, "2026-01-02T03:04:05Z")
 	before, _ := os.ReadFile(e.file)
 	var linkErrs []error

@@ -18,15 +18,15 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
 // startAuth runs the fake authorization server for the test's lifetime.
-func startAuth(t *testing.T) *fakeupstream.AuthServer {
+func startAuth(t *testing.T) *oauthtest.Server {
 	t.Helper()
-	a := fakeupstream.NewAuth()
+	a := oauthtest.New()
 	if err := a.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestLoginCallbackSignsInWithPKCE(t *testing.T) {
 		t.Errorf("ExpiresIn %s", tok.ExpiresIn)
 	}
 	id := tok.Identity()
-	if id.Email != "ada@example.com" || id.ChatGPTAccountID != fakeupstream.DefaultAuthIdentity.AccountID || id.PlanType != "plus" {
+	if id.Email != "ada@example.com" || id.ChatGPTAccountID != oauthtest.DefaultIdentity.AccountID || id.PlanType != "plus" {
 		t.Errorf("identity %+v", id)
 	}
 	// The fake checked BASE64URL(SHA256(code_verifier)) == code_challenge
@@ -168,7 +168,7 @@ func TestLoginCallbackSignsInWithPKCE(t *testing.T) {
 	f := reqs[0].Form
 	authz := auth.Authorizations()[0]
 	if f.Get("grant_type") != "authorization_code" || f.Get("client_id") != oauth.ClientID ||
-		f.Get("redirect_uri") != authz.Get("redirect_uri") || fakeupstream.S256(f.Get("code_verifier")) != authz.Get("code_challenge") {
+		f.Get("redirect_uri") != authz.Get("redirect_uri") || oauthtest.S256(f.Get("code_verifier")) != authz.Get("code_challenge") {
 		t.Errorf("exchange form %v (authorize %v)", f, authz)
 	}
 	if !strings.HasPrefix(reqs[0].ContentType, "application/x-www-form-urlencoded") {
@@ -345,7 +345,7 @@ type loginResult struct {
 
 // paste runs LoginPaste, answers its prompt with edit(redirect) and returns
 // what it returned.
-func paste(t *testing.T, auth *fakeupstream.AuthServer, edit func(u *url.URL) string) loginResult {
+func paste(t *testing.T, auth *oauthtest.Server, edit func(u *url.URL) string) loginResult {
 	t.Helper()
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -505,7 +505,7 @@ func TestExchangeRejectsWrongVerifier(t *testing.T) {
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	p := oauth.NewPKCE()
-	if fakeupstream.S256(p.Verifier) != p.Challenge || len(p.Verifier) < 43 {
+	if oauthtest.S256(p.Verifier) != p.Challenge || len(p.Verifier) < 43 {
 		t.Fatalf("NewPKCE: challenge is not S256 of the verifier")
 	}
 	loc := consent(t, c.AuthorizeURL(p, oauth.NewState(), oauth.RedirectURI))
@@ -639,7 +639,7 @@ func TestRefreshKeepsRefreshTokenWhenNotRotated(t *testing.T) {
 type refreshEnv struct {
 	dir  string
 	acct accounts.Account
-	auth *fakeupstream.AuthServer
+	auth *oauthtest.Server
 }
 
 func newRefreshEnv(t *testing.T, sec secrets.Secret) *refreshEnv {

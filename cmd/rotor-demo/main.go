@@ -24,7 +24,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -56,13 +56,13 @@ func run(rotor, testdata string, out io.Writer) error {
 	}
 	defer os.RemoveAll(homeDir)
 
-	up := fakeupstream.New(testdata)
+	up := upstreamtest.New(testdata)
 	if err := up.Start("127.0.0.1:0"); err != nil {
 		return err
 	}
 	defer up.Close()
-	up.SetDefault(fakeupstream.Behavior{EventDelay: 90 * time.Millisecond})
-	up.Set("sk-demo-alice", fakeupstream.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
+	up.SetDefault(upstreamtest.Behavior{EventDelay: 90 * time.Millisecond})
+	up.Set("sk-demo-alice", upstreamtest.Behavior{Status: 429, ErrorFixture: "rate_limit_exceeded_429.json",
 		ResetIn: 15 * time.Minute, Headers: map[string]string{"retry-after": "{{RESETS_IN}}"}})
 
 	// dana is a ChatGPT account (the Codex CLI login in testdata) whose
@@ -81,7 +81,7 @@ func run(rotor, testdata string, out io.Writer) error {
 	if err := os.WriteFile(authFile, auth, 0o600); err != nil {
 		return err
 	}
-	up.Set(gjson.GetBytes(auth, "tokens.access_token").String(), fakeupstream.Behavior{EventDelay: 90 * time.Millisecond,
+	up.Set(gjson.GetBytes(auth, "tokens.access_token").String(), upstreamtest.Behavior{EventDelay: 90 * time.Millisecond,
 		Headers: map[string]string{
 			"x-codex-plan-type":                     "plus",
 			"x-codex-primary-used-percent":          "62",
@@ -148,8 +148,13 @@ func run(rotor, testdata string, out io.Writer) error {
 		return err
 	}
 
-	step("Three requests through the proxy, streamed as they arrive")
-	for i := 1; i <= 3; i++ {
+	step("Requests through the proxy, streamed as they arrive, until one meets alice's limit")
+	// rotor spreads requests over the accounts, so alice comes up within
+	// a few; the one that meets her limit fails over before its first byte.
+	for i := 1; i <= 3 || up.Count("sk-demo-alice") == 0; i++ {
+		if i > 8 {
+			return fmt.Errorf("rotor never picked alice in 8 requests")
+		}
 		fmt.Fprintf(out, "request %d: ", i)
 		if err := stream(out, info); err != nil {
 			return err
@@ -162,7 +167,7 @@ func run(rotor, testdata string, out io.Writer) error {
 		return err
 	}
 	time.Sleep(2 * rotation.WatchInterval) // the serve sees the pin on its next look
-	fmt.Fprint(out, "request 4: ")
+	fmt.Fprint(out, "one more request: ")
 	if err := stream(out, info); err != nil {
 		return err
 	}

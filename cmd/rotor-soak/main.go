@@ -9,7 +9,7 @@
 //     do;
 //   - every file in ROTOR_HOME still loads.
 //
-// The fake upstream (proxy/fakeupstream) stands behind every account.
+// The fake upstream (proxy/upstreamtest) stands behind every account.
 // Healthy accounts reach it as "localhost", faulty ones as "127.0.0.1", so
 // faults that mark an endpoint (hangs past --response-timeout) mark only
 // the faulty accounts' endpoint; one account points at a closed port. The

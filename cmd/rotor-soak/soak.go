@@ -25,7 +25,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // Config is one soak run.
@@ -49,7 +49,7 @@ const (
 )
 
 // faults are what a faulty account may do at any moment.
-var faults = []fakeupstream.Behavior{
+var faults = []upstreamtest.Behavior{
 	{Status: 429, ResetIn: 3 * time.Second},
 	{Status: 401},
 	{Status: 500},
@@ -126,7 +126,7 @@ type soak struct {
 	cfg  Config
 	env  []string
 	home string
-	up   *fakeupstream.Server
+	up   *upstreamtest.Server
 
 	mu       sync.Mutex
 	outcomes map[string]int64
@@ -150,14 +150,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer os.RemoveAll(tmp)
 	s := &soak{cfg: cfg, home: filepath.Join(tmp, "home"), outcomes: map[string]int64{}}
-	s.up = fakeupstream.New(cfg.Testdata)
+	s.up = upstreamtest.New(cfg.Testdata)
 	if err := s.up.Start("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
 	defer s.up.Close()
 	// Healthy accounts always answer, slowly enough that the streams
 	// overlap; faulty ones are changed at random below.
-	s.up.SetDefault(fakeupstream.Behavior{EventDelay: 100 * time.Millisecond})
+	s.up.SetDefault(upstreamtest.Behavior{EventDelay: 100 * time.Millisecond})
 	port := strings.TrimPrefix(s.up.URL(), "http://127.0.0.1:")
 	s.env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + tmp, "TMPDIR=" + os.TempDir(), "NO_COLOR=1",

@@ -13,8 +13,9 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // import codex links the account to its file; unlink and --unlink stop it.
@@ -66,7 +67,7 @@ func TestCodexLinkAcrossProcesses(t *testing.T) {
 	writeAuth := func(tok oauth.Tokens) { // as Codex writes it
 		b, _ := json.MarshalIndent(map[string]any{"OPENAI_API_KEY": nil, "last_refresh": time.Now().UTC(),
 			"tokens": map[string]any{"id_token": tok.IDToken, "access_token": tok.AccessToken,
-				"refresh_token": tok.RefreshToken, "account_id": fakeupstream.DefaultAuthIdentity.AccountID}}, "", "  ")
+				"refresh_token": tok.RefreshToken, "account_id": oauthtest.DefaultIdentity.AccountID}}, "", "  ")
 		if err := os.WriteFile(file, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestCodexLinkAcrossProcesses(t *testing.T) {
 
 	// 1. The upstream refuses Codex's first access token: both serves meet
 	// the 401 at once; one refreshes, and the file gets the new pair.
-	up.Set(t1.AccessToken, fakeupstream.Behavior{Status: 401})
+	up.Set(t1.AccessToken, upstreamtest.Behavior{Status: 401})
 	burst("after the first 401")
 	if n := auth.TokenCalls("refresh_token"); n != 2 { // Codex's login, then rotor's one refresh
 		t.Fatalf("%d refresh calls, want 2 (the login and rotor's one refresh)", n)
@@ -128,7 +129,7 @@ func TestCodexLinkAcrossProcesses(t *testing.T) {
 
 	// 3. rotor's access token is refused: rotor adopts Codex's pair instead
 	// of spending its own refresh token, which Codex spent.
-	up.Set(t2.AccessToken, fakeupstream.Behavior{Status: 401})
+	up.Set(t2.AccessToken, upstreamtest.Behavior{Status: 401})
 	burst("after Codex refreshed")
 	if n := auth.TokenCalls("refresh_token"); n != 3 {
 		t.Errorf("%d refresh calls, want 3: rotor must adopt Codex's pair, not refresh", n)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/proxy/dashboard"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -31,12 +31,12 @@ type dashboardPool struct {
 
 func newDashboardPool(t *testing.T) *dashboardPool {
 	t.Helper()
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	up.Set("sk-dash-alice", fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
+	up.Set("sk-dash-alice", upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 
 	h := newHome(t)
 	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())

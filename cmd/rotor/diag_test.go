@@ -21,7 +21,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -417,7 +417,7 @@ func diagAuth(t *testing.T) (*httptest.Server, *atomic.Int32) {
 func TestDiagVerifyFlaggedCommand(t *testing.T) {
 	h := newDiagHome(t)
 	auth, calls := diagAuth(t)
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}

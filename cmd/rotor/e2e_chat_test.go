@@ -16,7 +16,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 const (
@@ -50,7 +50,7 @@ type e2eChatKind struct {
 	gaps time.Duration
 	// request checks one upstream request: the API it speaks and whose
 	// credentials it carries.
-	request func(t *testing.T, r fakeupstream.Recorded)
+	request func(t *testing.T, r upstreamtest.Recorded)
 	// toolName is the name of the first tool declared in a request body.
 	toolName func(body gjson.Result) string
 	// toolResult reads the body of the request that follows a tool call:
@@ -72,7 +72,7 @@ var e2eChatKinds = []e2eChatKind{
 		gaps: 13,
 		// A Responses request, streamed (the Codex backend only streams),
 		// with the ChatGPT account's headers: rotor translated it.
-		request: func(t *testing.T, r fakeupstream.Recorded) {
+		request: func(t *testing.T, r upstreamtest.Recorded) {
 			t.Helper()
 			b := gjson.ParseBytes(r.Body)
 			if !b.Get("input").IsArray() || b.Get("messages").Exists() || !b.Get("stream").Bool() || b.Get("model").String() != e2eChatModel {
@@ -94,7 +94,7 @@ var e2eChatKinds = []e2eChatKind{
 		path: "/v1/chat/completions",
 		gaps: 8,
 		// The client's own Chat Completions request, with the account's key.
-		request: func(t *testing.T, r fakeupstream.Recorded) {
+		request: func(t *testing.T, r upstreamtest.Recorded) {
 			t.Helper()
 			b := gjson.ParseBytes(r.Body)
 			if !b.Get("messages").IsArray() || b.Get("input").Exists() || b.Get("model").String() != e2eChatModel {
@@ -118,7 +118,7 @@ func TestE2EChatClients(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			// run starts `rotor exec -- node chat.mjs <name>` in a fresh
 			// world with one account of this kind, and says when.
-			run := func(t *testing.T, name string, b fakeupstream.Behavior) (*e2eWorld, *e2eProc, time.Time) {
+			run := func(t *testing.T, name string, b upstreamtest.Behavior) (*e2eWorld, *e2eProc, time.Time) {
 				w := newE2EWorld(t)
 				w.useClients(cache)
 				kind.add(w)
@@ -213,7 +213,7 @@ func TestE2EChatClients(t *testing.T) {
 				}},
 			} {
 				t.Run(c.name, func(t *testing.T) {
-					w, p, _ := run(t, c.name, fakeupstream.Behavior{})
+					w, p, _ := run(t, c.name, upstreamtest.Behavior{})
 					j := done(t, p)
 					if got := j.Get("text").String(); got != e2eHello {
 						t.Errorf("text %q, want %q (%s)", got, e2eHello, j.Raw)
@@ -226,7 +226,7 @@ func TestE2EChatClients(t *testing.T) {
 			}
 
 			t.Run("openai-tool", func(t *testing.T) {
-				w, p, _ := run(t, "openai-tool", fakeupstream.Behavior{ToolRoundTrip: true})
+				w, p, _ := run(t, "openai-tool", upstreamtest.Behavior{ToolRoundTrip: true})
 				j := p.json()
 				if j.Get("step").String() != "tool_call" || j.Get("name").String() != "get_weather" ||
 					j.Get("arguments.city").String() != "Paris" || j.Get("finish").String() != "tool_calls" || j.Get("id").String() != e2eChatCallID {
@@ -239,7 +239,7 @@ func TestE2EChatClients(t *testing.T) {
 			})
 
 			t.Run("ai-tool", func(t *testing.T) {
-				w, p, _ := run(t, "ai-tool", fakeupstream.Behavior{ToolRoundTrip: true})
+				w, p, _ := run(t, "ai-tool", upstreamtest.Behavior{ToolRoundTrip: true})
 				j := done(t, p)
 				if j.Get("text").String() != e2eHello || j.Get("steps").Int() != 2 || j.Get("calls.#").Int() != 1 ||
 					j.Get("calls.0.name").String() != "get_weather" || j.Get("calls.0.input.city").String() != "Paris" {
@@ -249,7 +249,7 @@ func TestE2EChatClients(t *testing.T) {
 			})
 
 			t.Run("openai-abort", func(t *testing.T) {
-				w, p, began := run(t, "openai-abort", fakeupstream.Behavior{EventDelay: e2eChatAbortDelay})
+				w, p, began := run(t, "openai-abort", upstreamtest.Behavior{EventDelay: e2eChatAbortDelay})
 				j := p.json()
 				// The SDK may still hand out what it had read before abort(),
 				// then must stop, quietly or with APIUserAbortError.

@@ -10,7 +10,8 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // The real Codex CLI through rotor exec, on the ChatGPT account imported
@@ -22,7 +23,7 @@ func TestE2ECodexLinkedRefresh(t *testing.T) {
 	cache := e2eClients(t)
 	w := newE2EWorld(t)
 	w.useClients(cache)
-	auth := fakeupstream.NewAuth()
+	auth := oauthtest.New()
 	if err := auth.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestE2ECodexLinkedRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	auth.AddRefreshToken(login.RefreshToken)
-	w.up.Set(login.AccessToken, fakeupstream.Behavior{Status: 401}) // expired: refresh
+	w.up.Set(login.AccessToken, upstreamtest.Behavior{Status: 401}) // expired: refresh
 
 	if r := w.rotor(30*time.Second, "", "import", "codex"); r.code != 0 || !strings.Contains(r.stdout, "Linked") {
 		t.Fatalf("import codex: %v", r)

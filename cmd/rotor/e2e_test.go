@@ -4,7 +4,7 @@ package main
 //
 // These tests are part of `go test ./...`, so `make test` and CI run them.
 // They build rotor (with -race when the tests are), start the fake upstream
-// (proxy/fakeupstream) in this process, give every run its own ROTOR_HOME,
+// (proxy/upstreamtest) in this process, give every run its own ROTOR_HOME,
 // HOME and CODEX_HOME, and drive:
 //
 //   - Codex CLI (`codex exec`) through `rotor exec`: a normal turn, and a pool
@@ -49,7 +49,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 const (
@@ -360,7 +360,7 @@ func e2eLastLines(b []byte, n int) string {
 type e2eWorld struct {
 	t    *testing.T
 	bin  string
-	up   *fakeupstream.Server
+	up   *upstreamtest.Server
 	home string // ROTOR_HOME
 	work string // the clients' working directory
 	env  []string
@@ -369,7 +369,7 @@ type e2eWorld struct {
 func newE2EWorld(t *testing.T) *e2eWorld {
 	t.Helper()
 	bin := e2eRotor(t)
-	up := fakeupstream.New(filepath.Join(e2eRoot(t), "testdata"))
+	up := upstreamtest.New(filepath.Join(e2eRoot(t), "testdata"))
 	if err := up.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -662,8 +662,8 @@ func e2eDeltas(body []byte) string {
 }
 
 // e2eResponses are the recorded upstream calls to /v1/responses.
-func e2eResponses(up *fakeupstream.Server) []fakeupstream.Recorded {
-	var out []fakeupstream.Recorded
+func e2eResponses(up *upstreamtest.Server) []upstreamtest.Recorded {
+	var out []upstreamtest.Recorded
 	for _, r := range up.Requests() {
 		if r.Method == http.MethodPost && r.Path == "/v1/responses" {
 			out = append(out, r)
@@ -673,7 +673,7 @@ func e2eResponses(up *fakeupstream.Server) []fakeupstream.Recorded {
 }
 
 // e2eUsageLimit is the fake's answer for an account at its ChatGPT usage limit.
-var e2eUsageLimit = fakeupstream.Behavior{Status: http.StatusTooManyRequests, ErrorFixture: "usage_limit_429.json", ResetIn: e2eUsageReset}
+var e2eUsageLimit = upstreamtest.Behavior{Status: http.StatusTooManyRequests, ErrorFixture: "usage_limit_429.json", ResetIn: e2eUsageReset}
 
 // ---------------------------------------------------------------------------
 // 1. Codex CLI, one turn, through rotor exec.
@@ -864,7 +864,7 @@ func TestE2EOpenAISDK(t *testing.T) {
 		w := newE2EWorld(t)
 		w.useClients(cache)
 		w.addKey("one", "sk-e2e-sdk")
-		w.up.SetDefault(fakeupstream.Behavior{EventDelay: 10 * time.Millisecond})
+		w.up.SetDefault(upstreamtest.Behavior{EventDelay: 10 * time.Millisecond})
 		j := done(t, sdk(w, "stream"), "stream")
 		if got := j.Get("text").String(); got != e2eHello {
 			t.Errorf("streamed text %q, want %q (%s)", got, e2eHello, j.Raw)
@@ -899,7 +899,7 @@ func TestE2EOpenAISDK(t *testing.T) {
 		w.useClients(cache)
 		const key = "sk-e2e-sdk-tools"
 		w.addKey("one", key)
-		w.up.Set(key, fakeupstream.Behavior{Stream: "tool_call.sse"})
+		w.up.Set(key, upstreamtest.Behavior{Stream: "tool_call.sse"})
 		p := sdk(w, "toolcall")
 		j := p.json()
 		if j.Get("step").String() != "function_call" || j.Get("name").String() != "get_weather" || j.Get("arguments.city").String() != "Paris" {
@@ -907,7 +907,7 @@ func TestE2EOpenAISDK(t *testing.T) {
 		}
 		callID := j.Get("call_id").String()
 		// The model's next turn, after the tool result, is text.
-		w.up.Set(key, fakeupstream.Behavior{})
+		w.up.Set(key, upstreamtest.Behavior{})
 		p.send("go\n")
 		j = done(t, p, "toolcall")
 		if got := j.Get("text").String(); got != e2eHello {
@@ -931,7 +931,7 @@ func TestE2EOpenAISDK(t *testing.T) {
 		w.useClients(cache)
 		w.addKey("one", "sk-e2e-sdk-abort")
 		// 14 events 300 ms apart: the stream is still open when aborted.
-		w.up.SetDefault(fakeupstream.Behavior{EventDelay: 300 * time.Millisecond})
+		w.up.SetDefault(upstreamtest.Behavior{EventDelay: 300 * time.Millisecond})
 		p := sdk(w, "abort")
 		j := p.json()
 		if j.Get("step").String() != "first_event" {

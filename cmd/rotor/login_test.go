@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
 )
 
 // runApp runs one command line in-process with env as the environment.
@@ -20,7 +20,7 @@ func runApp(env map[string]string, args ...string) (stdout, stderr string, code 
 // rotor login --device adds the signed-in account with its identity and
 // tokens; signing in again updates it instead of adding another.
 func TestLoginDeviceAddsThenUpdates(t *testing.T) {
-	auth := fakeupstream.NewAuth()
+	auth := oauthtest.New()
 	auth.SetDeviceInterval("0.05")
 	auth.SetDeviceApproveAfter(2)
 	if err := auth.Start(""); err != nil {

@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // SPEC §5: refresh tokens are single-use, so at most one refresh per account
@@ -45,14 +46,14 @@ func raceBuildRotor(t *testing.T) string {
 
 // startFakes runs a fake upstream and a fake authorization server for the
 // test's lifetime.
-func startFakes(t *testing.T) (*fakeupstream.Server, *fakeupstream.AuthServer) {
+func startFakes(t *testing.T) (*upstreamtest.Server, *oauthtest.Server) {
 	t.Helper()
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	auth := fakeupstream.NewAuth()
+	auth := oauthtest.New()
 	if err := auth.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestRefreshRaceAcrossProcesses(t *testing.T) {
 		t.Fatalf("fixture %s: %v", authFile, err)
 	}
 	oldAT := codex.Tokens.AccessToken
-	up.Set(oldAT, fakeupstream.Behavior{Status: 401}) // token_expired, not invalidated
+	up.Set(oldAT, upstreamtest.Behavior{Status: 401}) // token_expired, not invalidated
 	auth.AddRefreshToken(codex.Tokens.RefreshToken)
 
 	home := filepath.Join(t.TempDir(), "rotor-home")

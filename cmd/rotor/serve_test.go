@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // serve refuses any host that is not loopback, naming it, before it binds
@@ -35,12 +35,12 @@ func TestServeRefusesNonLoopbackHost(t *testing.T) {
 // SIGTERM lets an in-flight stream finish, then serve exits 0, removes
 // proxy.json and has saved what it learned; rotor env works while it runs.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	up.SetDefault(fakeupstream.Behavior{EventDelay: 150 * time.Millisecond})
+	up.SetDefault(upstreamtest.Behavior{EventDelay: 150 * time.Millisecond})
 	h := newHome(t)
 	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
 	h.addKey("a", "sk-a")

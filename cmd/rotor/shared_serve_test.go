@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // Two real `rotor serve` processes on one ROTOR_HOME: a usage limit one of
@@ -14,12 +14,12 @@ import (
 // run while traffic flows moves both of them within a second, with no
 // request failing on the way.
 func TestTwoServeProcessesShareStateAndPins(t *testing.T) {
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	up.Set("sk-1", fakeupstream.Behavior{Status: 429, ResetIn: time.Hour})
+	up.Set("sk-1", upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 
 	h := newHome(t)
 	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())

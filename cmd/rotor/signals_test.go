@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/proxy/fakeupstream"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // Tests of serve's lifecycle under signals and resource exhaustion (SPEC §3
@@ -25,9 +25,9 @@ import (
 
 // signalHome is a home with one API-key account in front of a fake
 // upstream, set up for raceServe.
-func signalHome(t *testing.T, b fakeupstream.Behavior) *cliHome {
+func signalHome(t *testing.T, b upstreamtest.Behavior) *cliHome {
 	t.Helper()
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func idleKeepAlive(t *testing.T, url string) net.Conn {
 }
 
 func TestServeStopsAtOnceWithIdleConnections(t *testing.T) {
-	h := signalHome(t, fakeupstream.Behavior{})
+	h := signalHome(t, upstreamtest.Behavior{})
 	p := raceServe(t, rotorBin, h.env, "serve")
 	for range 5 {
 		idleKeepAlive(t, p.url)
@@ -80,7 +80,7 @@ func TestServeStopsAtOnceWithIdleConnections(t *testing.T) {
 }
 
 func TestServeSIGHUPIsAGracefulStop(t *testing.T) {
-	h := signalHome(t, fakeupstream.Behavior{EventDelay: 100 * time.Millisecond})
+	h := signalHome(t, upstreamtest.Behavior{EventDelay: 100 * time.Millisecond})
 	p := raceServe(t, rotorBin, h.env, "serve")
 	req, _ := http.NewRequest("POST", p.url+"/responses", strings.NewReader(`{"model":"gpt-5","stream":true,"input":"hi"}`))
 	req.Header.Set("Authorization", "Bearer "+raceClientKey)
@@ -112,7 +112,7 @@ func TestServeSIGHUPIsAGracefulStop(t *testing.T) {
 }
 
 func TestServeSurvivesClosedStdoutAndStderr(t *testing.T) {
-	h := signalHome(t, fakeupstream.Behavior{})
+	h := signalHome(t, upstreamtest.Behavior{})
 	cmd := exec.Command(rotorBin, "serve", "--port", "0", "--log-format", "json")
 	cmd.Env = h.env
 	stderr, err := cmd.StderrPipe()
@@ -136,7 +136,7 @@ func TestServeSurvivesClosedStdoutAndStderr(t *testing.T) {
 }
 
 func TestServeOutlivesRunningOutOfFileDescriptors(t *testing.T) {
-	h := signalHome(t, fakeupstream.Behavior{})
+	h := signalHome(t, upstreamtest.Behavior{})
 	// Soft and hard limit 512: serve cannot raise it, and 600 connections
 	// exhaust it. fasthttp used to stop serving at the first EMFILE.
 	cmd := exec.Command("sh", "-c", `ulimit -n 512 && exec "$0" serve --port 0 --log-format json`, rotorBin)
@@ -183,7 +183,7 @@ func TestServeRaisesItsSoftDescriptorLimit(t *testing.T) {
 	if _, err := os.Stat("/proc/self/limits"); err != nil {
 		t.Skip("no /proc here")
 	}
-	h := signalHome(t, fakeupstream.Behavior{})
+	h := signalHome(t, upstreamtest.Behavior{})
 	cmd := exec.Command("sh", "-c", `ulimit -Sn 256 && exec "$0" serve --port 0 --log-format json`, rotorBin)
 	cmd.Env = h.env
 	p := startServeCmd(t, cmd, "serve")
@@ -228,7 +228,7 @@ func TestServeWithNoAccountWarnsAndRefusesPlainly(t *testing.T) {
 // doctor checks a running serve through its own /healthz: no upstream
 // call, no usage record, no account moved.
 func TestDoctorSpendsNoAccount(t *testing.T) {
-	up := fakeupstream.New("../../testdata")
+	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestDoctorSpendsNoAccount(t *testing.T) {
 // live one (the default port first), stopping one leaves the other's,
 // and doctor lists both.
 func TestTwoServesKeepTheirRecords(t *testing.T) {
-	h := signalHome(t, fakeupstream.Behavior{})
+	h := signalHome(t, upstreamtest.Behavior{})
 	first := raceServe(t, rotorBin, h.env, "first")
 	second := raceServe(t, rotorBin, h.env, "second")
 	for _, p := range []*raceProc{first, second} {
@@ -301,7 +301,7 @@ func TestEnvPrefersTheDefaultPort(t *testing.T) {
 		t.Skipf("port 8787 is busy here: %v", err)
 	}
 	ln.Close()
-	h := signalHome(t, fakeupstream.Behavior{})
+	h := signalHome(t, upstreamtest.Behavior{})
 	other := raceServe(t, rotorBin, h.env, "other")
 	cmd := exec.Command(rotorBin, "serve", "--log-format", "json")
 	cmd.Env = h.env

@@ -1,4 +1,4 @@
-package fakeupstream
+package upstreamtest
 
 import (
 	"encoding/json"

@@ -1,5 +1,6 @@
-// Package fakeupstream is a fake OpenAI / ChatGPT-Codex upstream for rotor's
-// tests, benchmarks and `make demo`.
+// Package upstreamtest is a fake OpenAI / ChatGPT-Codex upstream for
+// rotor's tests, benchmarks and `make demo`; never part of the rotor binary.
+// Its sibling accounts/oauth/oauthtest is the fake sign-in server.
 //
 // It speaks the real wire format: Responses API server-sent events replayed
 // from recorded fixtures under testdata/sse/, Chat Completions chunks and
@@ -17,7 +18,7 @@
 // always ends the upstream request and no goroutine outlives the server. A
 // wait cut short drops the connection, so a client still connected (on
 // Close) sees a broken upstream, never an answer that looks complete.
-package fakeupstream
+package upstreamtest
 
 import (
 	"bytes"
@@ -203,10 +204,10 @@ func (s *Server) Start(addr string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errors.New("fakeupstream: server is closed")
+		return errors.New("upstreamtest: server is closed")
 	}
 	if s.srv != nil {
-		return errors.New("fakeupstream: server already started")
+		return errors.New("upstreamtest: server already started")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -583,7 +584,7 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 // a body naming the problem, never a panic, so the failing test says why.
 func fixtureMissing(w http.ResponseWriter, err error) {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": "fakeupstream: " + err.Error(),
+		"message": "upstreamtest: " + err.Error(),
 		"type":    "server_error",
 		"param":   nil,
 		"code":    "fakeupstream_fixture_missing",

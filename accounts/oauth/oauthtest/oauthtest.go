@@ -1,4 +1,8 @@
-package fakeupstream
+// Package oauthtest is a fake of auth.openai.com for rotor's tests and
+// `make demo`: the authorization-code flow with PKCE, the device-code flow
+// and the token endpoint, with recorded requests and injectable failures.
+// It is never part of the rotor binary.
+package oauthtest
 
 import (
 	"crypto/rand"
@@ -19,20 +23,20 @@ import (
 	"time"
 )
 
-// AuthClientID is the OAuth client id the fake authorization server accepts:
+// ClientID is the OAuth client id the fake authorization server accepts:
 // the one Codex CLI registered and rotor signs in as (SPEC §5).
-const AuthClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
+const ClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
 
-// DefaultAuthIdentity is who the fake signs in unless SetIdentity says
+// DefaultIdentity is who the fake signs in unless SetIdentity says
 // otherwise: the account of the testdata/jwt fixtures.
-var DefaultAuthIdentity = AuthIdentity{
+var DefaultIdentity = Identity{
 	Email:     "ada@example.com",
 	AccountID: "7f3c2a10-5b6e-4d8f-9a01-fixture00001",
 	PlanType:  "plus",
 }
 
-// AuthIdentity is the ChatGPT account the fake's tokens describe.
-type AuthIdentity struct {
+// Identity is the ChatGPT account the fake's tokens describe.
+type Identity struct {
 	Email     string
 	AccountID string // claim https://api.openai.com/auth chatgpt_account_id
 	PlanType  string // claim https://api.openai.com/auth chatgpt_plan_type
@@ -46,13 +50,13 @@ type IssuedTokens struct {
 	RefreshToken string
 }
 
-// AuthTokenRequest is one POST /oauth/token the fake received.
-type AuthTokenRequest struct {
+// TokenRequest is one POST /oauth/token the fake received.
+type TokenRequest struct {
 	ContentType string
 	Form        url.Values
 }
 
-// AuthServer is a fake OpenAI authorization server (auth.openai.com) for
+// Server is a fake OpenAI authorization server (auth.openai.com) for
 // rotor's tests and `make demo`, the counterpart of Server for
 // ROTOR_AUTH_BASE_URL. It implements, strictly, what rotor uses:
 //
@@ -76,9 +80,9 @@ type AuthTokenRequest struct {
 //
 // Create it with NewAuth, configure it (at any time), Start it, Close it. All
 // methods are safe for concurrent use.
-type AuthServer struct {
+type Server struct {
 	mu           sync.Mutex
-	ident        AuthIdentity
+	ident        Identity
 	accessTTL    time.Duration
 	interval     string
 	approveAfter int
@@ -92,7 +96,7 @@ type AuthServer struct {
 	refresh    map[string]bool // refresh token -> spent
 	devices    map[string]*deviceAuth
 	authorizes []url.Values
-	tokenReqs  []AuthTokenRequest
+	tokenReqs  []TokenRequest
 	grants     map[string]int
 	issued     []IssuedTokens
 	polls      int
@@ -118,11 +122,11 @@ type deviceAuth struct {
 }
 
 // NewAuth returns a fake authorization server signing in
-// DefaultAuthIdentity, with access tokens valid for 24 h and a device-flow
+// DefaultIdentity, with access tokens valid for 24 h and a device-flow
 // poll interval of 5 s.
-func NewAuth() *AuthServer {
-	return &AuthServer{
-		ident:     DefaultAuthIdentity,
+func New() *Server {
+	return &Server{
+		ident:     DefaultIdentity,
 		accessTTL: 24 * time.Hour,
 		interval:  "5",
 		codes:     make(map[string]*authCode),
@@ -134,17 +138,17 @@ func NewAuth() *AuthServer {
 }
 
 // Start listens on addr ("" means 127.0.0.1:0) and serves until Close.
-func (a *AuthServer) Start(addr string) error {
+func (a *Server) Start(addr string) error {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return errors.New("fakeupstream: auth server is closed")
+		return errors.New("oauthtest: server is closed")
 	}
 	if a.srv != nil {
-		return errors.New("fakeupstream: auth server already started")
+		return errors.New("oauthtest: server already started")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -167,7 +171,7 @@ func (a *AuthServer) Start(addr string) error {
 }
 
 // URL is the server's base URL (the value for ROTOR_AUTH_BASE_URL), "" before Start.
-func (a *AuthServer) URL() string {
+func (a *Server) URL() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ln == nil {
@@ -178,7 +182,7 @@ func (a *AuthServer) URL() string {
 
 // Close stops the server and ends in-flight requests (a delayed token
 // answer included). It is safe to call more than once and before Start.
-func (a *AuthServer) Close() error {
+func (a *Server) Close() error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -197,14 +201,14 @@ func (a *AuthServer) Close() error {
 }
 
 // SetIdentity sets the account later tokens describe.
-func (a *AuthServer) SetIdentity(id AuthIdentity) {
+func (a *Server) SetIdentity(id Identity) {
 	a.mu.Lock()
 	a.ident = id
 	a.mu.Unlock()
 }
 
 // SetAccessTTL sets the lifetime (exp claim and expires_in) of later access tokens.
-func (a *AuthServer) SetAccessTTL(d time.Duration) {
+func (a *Server) SetAccessTTL(d time.Duration) {
 	a.mu.Lock()
 	a.accessTTL = d
 	a.mu.Unlock()
@@ -212,7 +216,7 @@ func (a *AuthServer) SetAccessTTL(d time.Duration) {
 
 // SetDeviceInterval sets the "interval" the usercode answer carries. The
 // real server sends seconds as a string (e.g. "5"); tests use "0.1".
-func (a *AuthServer) SetDeviceInterval(v string) {
+func (a *Server) SetDeviceInterval(v string) {
 	a.mu.Lock()
 	a.interval = v
 	a.mu.Unlock()
@@ -220,7 +224,7 @@ func (a *AuthServer) SetDeviceInterval(v string) {
 
 // SetDeviceApproveAfter approves every device code by itself on its n-th
 // poll (0: only ApproveDevice approves).
-func (a *AuthServer) SetDeviceApproveAfter(n int) {
+func (a *Server) SetDeviceApproveAfter(n int) {
 	a.mu.Lock()
 	a.approveAfter = n
 	a.mu.Unlock()
@@ -228,7 +232,7 @@ func (a *AuthServer) SetDeviceApproveAfter(n int) {
 
 // SetTokenDelay delays every refresh_token answer by d (after the request
 // was recorded), to widen the window in which concurrent refreshes overlap.
-func (a *AuthServer) SetTokenDelay(d time.Duration) {
+func (a *Server) SetTokenDelay(d time.Duration) {
 	a.mu.Lock()
 	a.delay = d
 	a.mu.Unlock()
@@ -238,7 +242,7 @@ func (a *AuthServer) SetTokenDelay(d time.Duration) {
 // TokenCalls counts them), until release is called (or Close). Tests use it
 // to let every concurrent request reach the refresh path before the first
 // refresh completes. release may be called more than once.
-func (a *AuthServer) HoldRefreshes() (release func()) {
+func (a *Server) HoldRefreshes() (release func()) {
 	ch := make(chan struct{})
 	a.mu.Lock()
 	a.hold = ch
@@ -258,7 +262,7 @@ func (a *AuthServer) HoldRefreshes() (release func()) {
 
 // FailRefresh makes refresh_token grants answer status with body (JSON)
 // without spending the refresh token; status 0 restores normal answers.
-func (a *AuthServer) FailRefresh(status int, body string) {
+func (a *Server) FailRefresh(status int, body string) {
 	a.mu.Lock()
 	a.failStatus, a.failBody = status, body
 	a.mu.Unlock()
@@ -266,7 +270,7 @@ func (a *AuthServer) FailRefresh(status int, body string) {
 
 // AddRefreshToken makes rt a valid, unspent refresh token (e.g. the one of
 // testdata/jwt/codex_auth.json).
-func (a *AuthServer) AddRefreshToken(rt string) {
+func (a *Server) AddRefreshToken(rt string) {
 	a.mu.Lock()
 	a.refresh[rt] = false
 	a.mu.Unlock()
@@ -274,7 +278,7 @@ func (a *AuthServer) AddRefreshToken(rt string) {
 
 // ApproveDevice approves the pending device code userCode, as the user who
 // entered it at the verification page; false if there is no such code.
-func (a *AuthServer) ApproveDevice(userCode string) bool {
+func (a *Server) ApproveDevice(userCode string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, d := range a.devices {
@@ -288,7 +292,7 @@ func (a *AuthServer) ApproveDevice(userCode string) bool {
 
 // TokenCalls counts the POST /oauth/token requests with grant_type grant
 // ("" counts them all), successful or not.
-func (a *AuthServer) TokenCalls(grant string) int {
+func (a *Server) TokenCalls(grant string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if grant == "" {
@@ -298,19 +302,19 @@ func (a *AuthServer) TokenCalls(grant string) int {
 }
 
 // TokenRequests returns copies of every POST /oauth/token received, oldest first.
-func (a *AuthServer) TokenRequests() []AuthTokenRequest {
+func (a *Server) TokenRequests() []TokenRequest {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]AuthTokenRequest, len(a.tokenReqs))
+	out := make([]TokenRequest, len(a.tokenReqs))
 	for i, r := range a.tokenReqs {
-		out[i] = AuthTokenRequest{ContentType: r.ContentType, Form: cloneValues(r.Form)}
+		out[i] = TokenRequest{ContentType: r.ContentType, Form: cloneValues(r.Form)}
 	}
 	return out
 }
 
 // Authorizations returns copies of the queries of every GET
 // /oauth/authorize received, oldest first.
-func (a *AuthServer) Authorizations() []url.Values {
+func (a *Server) Authorizations() []url.Values {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]url.Values, len(a.authorizes))
@@ -321,14 +325,14 @@ func (a *AuthServer) Authorizations() []url.Values {
 }
 
 // Issued returns the tokens issued so far, oldest first.
-func (a *AuthServer) Issued() []IssuedTokens {
+func (a *Server) Issued() []IssuedTokens {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]IssuedTokens(nil), a.issued...)
 }
 
 // DevicePolls counts the polls of /api/accounts/deviceauth/token.
-func (a *AuthServer) DevicePolls() int {
+func (a *Server) DevicePolls() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.polls
@@ -370,14 +374,14 @@ func oauthError(w http.ResponseWriter, status int, code, desc string) {
 	writeJSON(w, status, body)
 }
 
-func (a *AuthServer) handleAuthorize(w http.ResponseWriter, r *http.Request) {
+func (a *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	a.mu.Lock()
 	a.authorizes = append(a.authorizes, cloneValues(q))
 	a.mu.Unlock()
 	redirect := q.Get("redirect_uri")
 	switch {
-	case q.Get("client_id") != AuthClientID:
+	case q.Get("client_id") != ClientID:
 		oauthError(w, http.StatusBadRequest, "invalid_client", "unknown client_id")
 		return
 	case q.Get("response_type") != "code":
@@ -409,21 +413,21 @@ func (a *AuthServer) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusFound)
 }
 
-func (a *AuthServer) handleToken(w http.ResponseWriter, r *http.Request) {
+func (a *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	ct := r.Header.Get("Content-Type")
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	mt, _, _ := mime.ParseMediaType(ct)
 	form, perr := url.ParseQuery(string(body))
 	grant := form.Get("grant_type")
 	a.mu.Lock()
-	a.tokenReqs = append(a.tokenReqs, AuthTokenRequest{ContentType: ct, Form: cloneValues(form)})
+	a.tokenReqs = append(a.tokenReqs, TokenRequest{ContentType: ct, Form: cloneValues(form)})
 	a.grants[grant]++
 	a.mu.Unlock()
 	switch {
 	case mt != "application/x-www-form-urlencoded" || perr != nil:
 		oauthError(w, http.StatusBadRequest, "invalid_request", "the token endpoint takes a form-encoded body")
 		return
-	case form.Get("client_id") != AuthClientID:
+	case form.Get("client_id") != ClientID:
 		oauthError(w, http.StatusUnauthorized, "invalid_client", "unknown client_id")
 		return
 	}
@@ -437,7 +441,7 @@ func (a *AuthServer) handleToken(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *AuthServer) grantCode(w http.ResponseWriter, form url.Values) {
+func (a *Server) grantCode(w http.ResponseWriter, form url.Values) {
 	a.mu.Lock()
 	c, ok := a.codes[form.Get("code")]
 	var problem string
@@ -464,7 +468,7 @@ func (a *AuthServer) grantCode(w http.ResponseWriter, form url.Values) {
 	a.writeTokens(w, t)
 }
 
-func (a *AuthServer) grantRefresh(w http.ResponseWriter, r *http.Request, form url.Values) {
+func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.Values) {
 	a.mu.Lock()
 	delay, failStatus, failBody, hold := a.delay, a.failStatus, a.failBody, a.hold
 	a.mu.Unlock()
@@ -513,7 +517,7 @@ func (a *AuthServer) grantRefresh(w http.ResponseWriter, r *http.Request, form u
 
 // issueLocked mints a new token set and makes its refresh token valid. The
 // caller holds a.mu.
-func (a *AuthServer) issueLocked(grant string) IssuedTokens {
+func (a *Server) issueLocked(grant string) IssuedTokens {
 	a.seq++
 	now := time.Now()
 	exp := now.Add(a.accessTTL)
@@ -525,7 +529,7 @@ func (a *AuthServer) issueLocked(grant string) IssuedTokens {
 	t := IssuedTokens{
 		Grant: grant,
 		IDToken: FakeJWT(map[string]any{
-			"iss": a.urlLocked(), "aud": []string{AuthClientID}, "sub": "auth0|fakeupstream",
+			"iss": a.urlLocked(), "aud": []string{ClientID}, "sub": "auth0|fakeupstream",
 			"email": a.ident.Email, "email_verified": true,
 			"https://api.openai.com/auth": auth,
 			"iat":                         now.Unix(), "exp": now.Add(time.Hour).Unix(),
@@ -546,14 +550,14 @@ func (a *AuthServer) issueLocked(grant string) IssuedTokens {
 }
 
 // urlLocked is URL for callers holding a.mu.
-func (a *AuthServer) urlLocked() string {
+func (a *Server) urlLocked() string {
 	if a.ln == nil {
 		return ""
 	}
 	return "http://" + a.ln.Addr().String()
 }
 
-func (a *AuthServer) writeTokens(w http.ResponseWriter, t IssuedTokens) {
+func (a *Server) writeTokens(w http.ResponseWriter, t IssuedTokens) {
 	a.mu.Lock()
 	ttl := int64(a.accessTTL / time.Second)
 	a.mu.Unlock()
@@ -564,7 +568,7 @@ func (a *AuthServer) writeTokens(w http.ResponseWriter, t IssuedTokens) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-func (a *AuthServer) handleUserCode(w http.ResponseWriter, r *http.Request) {
+func (a *Server) handleUserCode(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ClientID string `json:"client_id"`
 	}
@@ -572,7 +576,7 @@ func (a *AuthServer) handleUserCode(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "the body must be JSON")
 		return
 	}
-	if req.ClientID != AuthClientID {
+	if req.ClientID != ClientID {
 		oauthError(w, http.StatusBadRequest, "invalid_client", "unknown client_id")
 		return
 	}
@@ -600,7 +604,7 @@ func userCode() string {
 	return sb.String()
 }
 
-func (a *AuthServer) handleDeviceToken(w http.ResponseWriter, r *http.Request) {
+func (a *Server) handleDeviceToken(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		DeviceAuthID string `json:"device_auth_id"`
 		UserCode     string `json:"user_code"`
@@ -636,4 +640,11 @@ func (a *AuthServer) handleDeviceToken(w http.ResponseWriter, r *http.Request) {
 		"authorization_code": code, "code_challenge": S256(verifier), "code_verifier": verifier,
 	})
 	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
 }
