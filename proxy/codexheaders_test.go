@@ -103,3 +103,25 @@ func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
 	}
 	e.expectCounts(map[string]int{"late": 1, "soon": 1})
 }
+
+// Headers a Connection header names are hop-by-hop (RFC 9110 §7.6.1):
+// dropped in both directions, as httputil.ReverseProxy does.
+func TestConnectionNamedHeadersStopAtTheProxy(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k"}})
+	e.up.Set("k", upstreamtest.Behavior{Headers: map[string]string{
+		"Connection": "x-up-hop", "x-up-hop": "secret-of-the-hop", "x-up-kept": "1"}})
+	resp := e.do("POST", "/v1/responses", streamBody,
+		"Connection", "keep-alive, X-Client-Hop", "x-client-hop", "secret-of-the-hop", "x-client-kept", "1")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	up := e.up.Requests()[0].Header
+	if up.Get("x-client-hop") != "" || up.Get("x-client-kept") != "1" {
+		t.Errorf("upstream got x-client-hop %q, x-client-kept %q", up.Get("x-client-hop"), up.Get("x-client-kept"))
+	}
+	if resp.Header.Get("x-up-hop") != "" || resp.Header.Get("x-up-kept") != "1" {
+		t.Errorf("client got x-up-hop %q, x-up-kept %q", resp.Header.Get("x-up-hop"), resp.Header.Get("x-up-kept"))
+	}
+}

@@ -60,8 +60,9 @@ const maxJSONUsage = 8 << 20
 func (s *Server) relay(c *call, ch *rotation.Choice, res *result) {
 	resp, ctx := res.resp, c.ctx
 	ctx.SetStatusCode(resp.StatusCode())
+	hop := resp.Header.Peek("Connection")
 	for k, v := range resp.Header.All() {
-		if !headerIn(dropResponseHeaders, k) {
+		if passes(dropResponseHeaders, hop, k) {
 			ctx.Response.Header.AddBytesKV(k, v)
 		}
 	}

@@ -282,11 +282,17 @@ const codexClientVersion = "0.169.0"
 func copyRequestHeaders(dst, src *fasthttp.RequestHeader) {
 	hop := src.Peek("Connection")
 	for k, v := range src.All() {
-		if headerIn(dropRequestHeaders, k) || len(hop) > 0 && namedIn(hop, k) {
-			continue
+		if passes(dropRequestHeaders, hop, k) {
+			dst.AddBytesKV(k, v)
 		}
-		dst.AddBytesKV(k, v)
 	}
+}
+
+// passes reports whether header k crosses the proxy: it is not in drop,
+// and the sender's Connection header (hop) does not name it as hop-by-hop.
+// Both directions use it, as net/http/httputil's removeHopByHopHeaders does.
+func passes(drop map[string]bool, hop, k []byte) bool {
+	return !headerIn(drop, k) && (len(hop) == 0 || !namedIn(hop, k))
 }
 
 // namedIn reports whether the comma-separated list names k, in any case.
