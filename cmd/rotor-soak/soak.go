@@ -25,6 +25,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -498,7 +499,7 @@ func (s *soak) checkMarks(healthy []int) []string {
 
 // eachUsage calls fn for every line of usage.jsonl and its rotated copy.
 func (s *soak) eachUsage(fn func(line []byte)) {
-	for _, name := range []string{"usage.jsonl.1", "usage.jsonl"} {
+	for _, name := range []string{home.UsageOldFile, home.UsageFile} {
 		data, err := os.ReadFile(filepath.Join(s.home, name))
 		if err != nil {
 			continue
@@ -518,7 +519,7 @@ func (s *soak) checkFiles(healthy []int) []string {
 	if err != nil || len(gjson.Get(out, "accounts").Array()) != healthyN+faultyN+1 {
 		bad = append(bad, fmt.Sprintf("accounts.json: rotor list --json: %v %.200s", err, out))
 	}
-	if data, err := os.ReadFile(filepath.Join(s.home, "state.json")); err != nil || !json.Valid(data) {
+	if data, err := os.ReadFile(filepath.Join(s.home, home.StateFile)); err != nil || !json.Valid(data) {
 		bad = append(bad, fmt.Sprintf("state.json: %v", err))
 	}
 	torn := 0
