@@ -37,74 +37,65 @@ const (
 )
 
 // rule is what the failover table says for an outcome: what the account
-// gets (mark), whether the request moves on to the next account (rotate),
+// gets (account, and a flag in accounts.json for a dead token or
+// workspace), whether the request moves on to the next account (rotate),
 // and otherwise what the client is told (respond). reason is the
 // pool-exhausted reason the outcome stands for.
 type rule struct {
 	name    string
 	reason  string
-	mark    func(s *Server, ch *rotation.Choice, res *result)
+	account rotation.Outcome
+	flag    string // accounts.Flag* to set, "" for none
+	disable bool   // with flag: also disable the account
 	rotate  bool
 	respond func(c *call, ch *rotation.Choice, res *result) rerr.Spec
 }
 
 // failover is SPEC §4's failover table, one row per outcome.
 var failover = [outCount]rule{
-	outOK: {name: "ok"},
-	outUsageLimit: {name: "usage-limit", reason: "rate-limit", rotate: true,
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.rt().RateLimited(ch.Account.ID, res.resetAt)
-		}},
-	outEntitlement: {name: "entitlement", reason: "entitlement", rotate: true},
-	outUnauthorized: {name: "auth-failure", reason: "auth-failure", rotate: true,
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.rt().Cooldown(ch.Account.ID, rotation.CooldownAuthFailure, rotation.AuthFailureCooldown)
-		}},
-	outTokenInvalidated: {name: "token-invalidated",
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.rt().Cooldown(ch.Account.ID, rotation.CooldownTokenInvalidated, rotation.InvalidatedCooldown)
-			s.flag(ch.Account.ID, accounts.FlagTokenInvalid, false)
-		},
+	outOK:           {name: "ok", account: rotation.Served},
+	outUsageLimit:   {name: "usage-limit", reason: "rate-limit", account: rotation.Limited, rotate: true},
+	outEntitlement:  {name: "entitlement", reason: "entitlement", rotate: true},
+	outUnauthorized: {name: "auth-failure", reason: "auth-failure", account: rotation.AuthRejected, rotate: true},
+	outTokenInvalidated: {name: "token-invalidated", account: rotation.TokenRevoked, flag: accounts.FlagTokenInvalid,
 		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
 			return rerr.Spec{Code: rerr.TokenInvalidated,
 				Message: fmt.Sprintf("the token of account %d was invalidated upstream; it is flagged and will not be used until you log in again (\"rotor login\" or \"rotor import codex\")", ch.Index),
 				Extra:   []rerr.Field{{Key: "account_index", Value: ch.Index}}}
 		}},
-	outDeactivated: {name: "deactivated", reason: "auth-failure", rotate: true,
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.flag(ch.Account.ID, accounts.FlagDeactivated, true)
-		}},
+	outDeactivated: {name: "deactivated", reason: "auth-failure", flag: accounts.FlagDeactivated, disable: true, rotate: true},
 	outBlocked: {name: "blocked",
 		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
 			return rerr.Spec{Code: rerr.UpstreamBlocked,
 				Message: "the upstream answered with a challenge page (Cloudflare); this is not the account's fault: check your network, VPN or proxy",
 				Extra:   []rerr.Field{{Key: "upstream_status", Value: res.status}}}
 		}},
-	outServerError: {name: "server-error", reason: "server-error", rotate: true,
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.rt().Failure(ch.Account.ID, rotation.CooldownServerError, rotation.ServerErrorCooldown)
-		}},
-	outNetworkError: {name: "network-error", reason: "network-error", rotate: true,
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.rt().Failure(ch.Account.ID, rotation.CooldownNetworkError, rotation.NetworkErrorCooldown)
-		}},
-	outUnreachable: {name: "unreachable", reason: "network-error", rotate: true,
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.endpoints.markDown(res.endpoint, res.err)
-		}},
+	outServerError:  {name: "server-error", reason: "server-error", account: rotation.ServerFault, rotate: true},
+	outNetworkError: {name: "network-error", reason: "network-error", account: rotation.NetworkFault, rotate: true},
+	// The endpoint is marked down instead (forward): no account behind it
+	// is tried, and none is blamed.
+	outUnreachable: {name: "unreachable", reason: "network-error", rotate: true},
 	outOverloaded: {name: "overloaded",
 		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
 			return rerr.Spec{Code: rerr.ProxyOverloaded, RetryAfter: overloadedRetry,
 				Message: "rotor is at its own connection limit; no account is at fault, try again shortly",
 				Extra:   []rerr.Field{{Key: "retry_after_ms", Value: overloadedRetry.Milliseconds()}}}
 		}},
-	outClientError: {name: "client-error",
-		mark: func(s *Server, ch *rotation.Choice, res *result) {
-			s.rt().Used(ch.Account.ID, res.status)
-		},
+	outClientError: {name: "client-error", account: rotation.Answered,
 		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
 			return upstreamSpec(res)
 		}},
+}
+
+// judge applies rule's "account gets" column to the account of ch. A 2xx
+// is judged when its answer ends (relay), not here.
+func (s *Server) judge(r *rule, ch *rotation.Choice, res *result) {
+	if r.account != rotation.Served {
+		s.rt().Record(ch.Account.ID, r.account, res.status, res.resetAt)
+	}
+	if r.flag != "" {
+		s.flag(ch.Account.ID, r.flag, r.disable)
+	}
 }
 
 // overloadedRetry is the wait suggested when rotor's own limits are reached.

@@ -431,12 +431,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 		c.lastIndex = choice.Index
 		res := s.attempt(c, &choice)
 		c.outcomes = append(c.outcomes, res.out)
-		rule := failover[res.out]
+		rule := &failover[res.out]
 		gone := res.out != outOK && clientGone(ctx)
-		if rule.mark != nil && !gone {
-			rule.mark(s, &choice, res)
+		if !gone {
+			s.judge(rule, &choice, res)
 		}
 		if res.out == outUnreachable {
+			if !gone {
+				s.endpoints.markDown(res.endpoint, res.err)
+			}
 			c.unreachable = append(c.unreachable, res.endpoint)
 			c.netErr = res.err
 		}

@@ -276,7 +276,7 @@ func (r *relay) CloseWithError(wErr error) error {
 	status, code := r.status, ""
 	switch {
 	case complete:
-		rt.Success(id, r.status)
+		rt.Record(id, rotation.Served, r.status, time.Time{})
 		if r.isJSON {
 			r.tokens = usageOf(gjson.GetBytes(r.json, "usage"))
 		}
@@ -288,13 +288,13 @@ func (r *relay) CloseWithError(wErr error) error {
 	case r.err != nil:
 		// The upstream broke or stalled mid-stream: its fault, and too late
 		// to fail over.
-		rt.Failure(id, rotation.CooldownNetworkError, rotation.NetworkErrorCooldown)
+		rt.Record(id, rotation.NetworkFault, r.status, time.Time{})
 		code = "stream_interrupted"
 		closeStream(r.resp, r.err)
 	default:
 		// The client left: cancel the upstream request by closing its
 		// connection; the account did nothing wrong.
-		rt.Used(id, r.status)
+		rt.Record(id, rotation.Answered, r.status, time.Time{})
 		status, code = statusClientClosed, codeClientClosed
 		closeStream(r.resp, errClientGone)
 	}
