@@ -90,6 +90,12 @@ type State interface {
 	Clear(id string)
 	// Sync exchanges the state with state.json.
 	Sync(keep func(id string) bool) error
+	// Prune takes out of state.json the accounts keep rejects and the
+	// deadlines passed at now, and says what it took (see
+	// rotation.Runtime.Prune); damaged: state.json does not parse.
+	Prune(now time.Time, keep func(id string) bool, dry bool) (dropped []string, cleared map[string][]string, damaged bool, err error)
+	// Reset starts a damaged state.json afresh, keeping it aside.
+	Reset(now time.Time) (keptAs string, err error)
 }
 
 // Prober builds an account's cheapest authenticated upstream request, with

@@ -236,7 +236,7 @@ func fixStore(f *fixRun) {
 		f.pool, f.exists = pr.pool, pr.exists
 		return
 	}
-	kept, err := keepAside(path, aside)
+	kept, err := home.KeepAside(path, aside)
 	if err != nil {
 		f.fail(a, fmt.Errorf("cannot keep the unreadable file as %s: %w; nothing was changed", filepath.Base(aside), err))
 		return
@@ -332,50 +332,6 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
-}
-
-// keepAside keeps the bytes of path under a new name starting with aside
-// (aside, else aside-1, aside-2, …: an earlier damaged copy is never
-// overwritten) and returns that name. It hard-links, so the kept file is
-// the very same file, where the filesystem allows, else it copies (0600).
-func keepAside(path, aside string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	for i := range 100 {
-		name := aside
-		if i > 0 {
-			name = fmt.Sprintf("%s-%d", aside, i)
-		}
-		err := os.Link(path, name)
-		if err == nil {
-			return name, nil
-		}
-		if errors.Is(err, os.ErrExist) {
-			continue
-		}
-		fh, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, home.FileMode)
-		if errors.Is(err, os.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		_, err = fh.Write(data)
-		if err == nil {
-			err = fh.Sync()
-		}
-		if cerr := fh.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(name)
-			return "", err
-		}
-		return name, nil
-	}
-	return "", fmt.Errorf("too many kept copies named %s-*", filepath.Base(aside))
 }
 
 // fixFingerprints stores the key fingerprint of API-key accounts added
@@ -665,143 +621,51 @@ func (f *fixRun) disable(index int, a accounts.Account) {
 	f.add(act)
 }
 
-// stateDeadlines are the runtime-state fields that end by themselves, with
-// the fields that only mean something while they last.
-var stateDeadlines = []struct {
-	field, words string
-	with         []string
-}{
-	{"rate_limited_until", "rate limit", nil},
-	{"cooldown_until", "cooldown", []string{"cooldown_reason"}},
-	{"circuit_open_until", "open circuit", nil},
-}
-
 // fixState clears deadlines that have passed from state.json and drops the
-// state of accounts no longer in the pool. It edits the file under the
-// state lock, field by field, so fields it does not know (from a newer
-// rotor) survive. Running proxies are unaffected: a passed deadline means
-// nothing to them, and they drop removed accounts by themselves.
+// state of accounts no longer in the pool, through the runtime (which keeps
+// fields it does not know). Running proxies are unaffected: a passed
+// deadline means nothing to them, and they drop removed accounts by
+// themselves. A state.json that does not parse is started afresh.
 func fixState(f *fixRun) {
-	if f.pool == nil {
+	if f.pool == nil || f.c.d.Runtime == nil {
 		return
 	}
-	path := filepath.Join(f.c.d.Dir, home.StateFile)
-	if _, err := os.Stat(path); err != nil {
+	if _, err := os.Stat(filepath.Join(f.c.d.Dir, home.StateFile)); err != nil {
 		return
 	}
-	if f.dry {
-		doc, acts, err := f.pruneState(path)
-		if err == nil && doc == nil {
-			f.add(Action{Action: ActionResetState, Target: home.StateFile, Detail: "unreadable; keep it aside and start empty"})
-		}
-		if err == nil && doc != nil {
-			for _, a := range acts {
-				f.add(a)
-			}
-		}
-		return
-	}
-	lock, err := home.LockFile(filepath.Join(f.c.d.Dir, home.StateLock), false, 5*time.Second)
-	if err != nil {
+	inPool := func(id string) bool { return f.pool.IndexOf(id) > 0 }
+	dropped, cleared, damaged, err := f.c.d.Runtime.Prune(f.now, inPool, f.dry)
+	switch {
+	case err != nil:
 		f.fail(Action{Action: ActionClearState, Target: home.StateFile}, err)
 		return
-	}
-	defer lock.Unlock()
-	doc, acts, err := f.pruneState(path)
-	if err == nil && doc == nil {
-		f.resetState(path)
+	case damaged && f.dry:
+		f.add(Action{Action: ActionResetState, Target: home.StateFile, Detail: "unreadable; keep it aside and start empty"})
 		return
-	}
-	if err != nil || len(acts) == 0 {
-		return
-	}
-	data, err := json.MarshalIndent(doc, "", "  ")
-	if err == nil {
-		err = home.WriteFile(path, append(data, '\n'))
-	}
-	if err != nil {
-		f.fail(Action{Action: ActionClearState, Target: home.StateFile}, err)
-		return
-	}
-	for _, a := range acts {
+	case damaged:
+		a := Action{Action: ActionResetState, Target: home.StateFile}
+		kept, err := f.c.d.Runtime.Reset(f.now)
+		if err != nil {
+			f.fail(a, err)
+			return
+		}
+		a.Detail = "unreadable; started empty, the damaged file is kept as " + kept
 		f.add(a)
-	}
-}
-
-// resetState replaces a state.json that does not parse with an empty one,
-// keeping the damaged bytes aside. Callers hold the state lock. Nothing
-// is lost that matters: the state is what upstreams said, and the proxies
-// learn it again.
-func (f *fixRun) resetState(path string) {
-	a := Action{Action: ActionResetState, Target: home.StateFile}
-	kept, err := keepAside(path, path+".corrupt-"+f.now.UTC().Format("20060102T150405Z"))
-	if err == nil {
-		err = home.WriteFile(path, []byte("{\n  \"version\": 1,\n  \"accounts\": {}\n}\n"))
-	}
-	if err != nil {
-		f.fail(a, err)
 		return
 	}
-	a.Detail = "unreadable; started empty, the damaged file is kept as " + filepath.Base(kept)
-	f.add(a)
-}
-
-// pruneState reads state.json and returns it with passed deadlines and
-// removed accounts taken out, and the actions that describes; a nil doc
-// when the file is not a state file.
-func (f *fixRun) pruneState(path string) (map[string]json.RawMessage, []Action, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
+	slices.Sort(dropped)
+	for _, id := range dropped {
+		f.add(Action{Action: ActionDropState, Target: id, Detail: "runtime state of an account no longer in the pool"})
 	}
-	var doc map[string]json.RawMessage
-	var accts map[string]map[string]json.RawMessage
-	if json.Unmarshal(data, &doc) != nil || json.Unmarshal(doc["accounts"], &accts) != nil {
-		return nil, nil, nil
-	}
-	ids := make([]string, 0, len(accts))
-	for id := range accts {
+	ids := make([]string, 0, len(cleared))
+	for id := range cleared {
 		ids = append(ids, id)
 	}
 	slices.SortFunc(ids, func(a, b string) int { return f.pool.IndexOf(a) - f.pool.IndexOf(b) })
-	var acts []Action
-	changed := false
 	for _, id := range ids {
 		i := f.pool.IndexOf(id)
-		if i == 0 {
-			delete(accts, id)
-			changed = true
-			acts = append(acts, Action{Action: ActionDropState, Target: id, Detail: "runtime state of an account no longer in the pool"})
-			continue
-		}
-		var cleared []string
-		for _, d := range stateDeadlines {
-			var t time.Time
-			raw, ok := accts[id][d.field]
-			if !ok || json.Unmarshal(raw, &t) != nil || t.After(f.now) {
-				continue
-			}
-			delete(accts[id], d.field)
-			for _, w := range d.with {
-				delete(accts[id], w)
-			}
-			cleared = append(cleared, fmt.Sprintf("%s (ended %s ago)", d.words, accounts.HumanDuration(f.now.Sub(t))))
-		}
-		if len(cleared) > 0 {
-			changed = true
-			acts = append(acts, Action{Action: ActionClearState, Target: accountName(i, f.pool.At(i)),
-				Detail: "expired " + strings.Join(cleared, ", ")})
-		}
+		f.add(Action{Action: ActionClearState, Target: accountName(i, f.pool.At(i)), Detail: "expired " + strings.Join(cleared[id], ", ")})
 	}
-	if !changed {
-		return doc, nil, nil
-	}
-	raw, err := json.Marshal(accts)
-	if err != nil {
-		return nil, nil, err
-	}
-	doc["accounts"] = raw
-	return doc, acts, nil
 }
 
 // fixLocks removes the per-account refresh locks of accounts no longer in

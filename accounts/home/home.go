@@ -177,3 +177,47 @@ func (l *Lock) Unlock() error {
 	l.f = nil
 	return err
 }
+
+// KeepAside keeps the bytes of path under a new name starting with aside
+// (aside, else aside-1, aside-2, …: an earlier damaged copy is never
+// overwritten) and returns that name. It hard-links, so the kept file is
+// the very same file, where the filesystem allows, else it copies (0600).
+func KeepAside(path, aside string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for i := range 100 {
+		name := aside
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d", aside, i)
+		}
+		err := os.Link(path, name)
+		if err == nil {
+			return name, nil
+		}
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		fh, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, FileMode)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = fh.Write(data)
+		if err == nil {
+			err = fh.Sync()
+		}
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(name)
+			return "", err
+		}
+		return name, nil
+	}
+	return "", fmt.Errorf("too many kept copies named %s-*", filepath.Base(aside))
+}
