@@ -227,13 +227,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Listen opens the loopback listener for host:port, refusing any host that
 // is not a loopback literal or localhost (SPEC §3 serve).
 func Listen(host string, port int) (net.Listener, error) {
-	if !LoopbackHost(host) {
-		return nil, rerr.Validation("host", fmt.Sprintf("refusing to listen on %s: rotor serves loopback only (127.0.0.0/8, ::1 or localhost)", host))
+	if err := CheckHost(host); err != nil {
+		return nil, err
 	}
 	if strings.EqualFold(host, "localhost") {
 		host = "127.0.0.1"
 	}
 	return net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
+}
+
+// CheckHost refuses a host to listen on that is not loopback, with the one
+// message serve shows for it, before anything else starts.
+func CheckHost(host string) error {
+	if !LoopbackHost(host) {
+		return rerr.Validation("host", fmt.Sprintf("Refusing --host %s: rotor serves loopback only (127.0.0.0/8, ::1 or localhost).", host))
+	}
+	return nil
 }
 
 // LoopbackHost reports whether host is a loopback literal or localhost.

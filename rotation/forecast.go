@@ -258,12 +258,10 @@ func (s *Selector) Forecast() Forecast {
 	v := s.cur.Load()
 	now := s.clock.Now()
 	fc := Forecast{At: now, Accounts: make([]AccountForecast, 0, len(v.pool.Accounts))}
-	fc.PinnedIndex = v.pool.Pinned()
-	if fc.PinnedIndex > 0 {
-		fc.PinSource = PinManual
-	}
-	if pin := s.processPin.Load(); pin != nil {
-		fc.PinnedIndex, fc.PinSource = v.pool.IndexOf(*pin), PinProcess
+	if id, src, _, ok := s.pinOf(v); ok {
+		if fc.PinnedIndex = v.pool.IndexOf(id); fc.PinnedIndex > 0 {
+			fc.PinSource = src
+		}
 	}
 	// Status and Next take the runtime lock themselves, so the state they
 	// do not expose is read under it separately, by account id: a pool

@@ -187,11 +187,8 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
 
-	if pin := s.processPin.Load(); pin != nil {
-		return s.pickPinned(v, req, now, *pin, PinProcess, WhyProcessPin, false)
-	}
-	if v.pool.PinnedAccountID != nil {
-		return s.pickPinned(v, req, now, *v.pool.PinnedAccountID, PinManual, WhyManualPin, false)
+	if id, src, why, ok := s.pinOf(v); ok {
+		return s.pickPinned(v, req, now, id, src, why, false)
 	}
 	if req.AffinityKey != "" {
 		if id, ok := s.affinity.Get(req.AffinityKey); ok {
@@ -321,18 +318,28 @@ func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {
 	return ref
 }
 
+// pinOf is the pin in force for v, first match wins: the process pin
+// (serve --account), else the manual pin (rotor switch). ok is false when
+// requests rotate. Pick, Explain, Next, Status and Forecast all read it
+// here, so they cannot disagree about which pin counts.
+func (s *Selector) pinOf(v *view) (id, source, why string, ok bool) {
+	if pin := s.processPin.Load(); pin != nil {
+		return *pin, PinProcess, WhyProcessPin, true
+	}
+	if v.pool.PinnedAccountID != nil {
+		return *v.pool.PinnedAccountID, PinManual, WhyManualPin, true
+	}
+	return "", "", "", false
+}
+
 // Explain says why no account is left for req, without picking.
 func (s *Selector) Explain(req *Request) *Refusal {
 	v := s.cur.Load()
 	now := s.clock.Now()
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
-	if pin := s.processPin.Load(); pin != nil {
-		_, ref := s.pickPinned(v, req, now, *pin, PinProcess, WhyProcessPin, true)
-		return ref
-	}
-	if v.pool.PinnedAccountID != nil {
-		_, ref := s.pickPinned(v, req, now, *v.pool.PinnedAccountID, PinManual, WhyManualPin, true)
+	if id, src, why, ok := s.pinOf(v); ok {
+		_, ref := s.pickPinned(v, req, now, id, src, why, true)
 		return ref
 	}
 	return s.refuse(v, req, now)
@@ -353,13 +360,10 @@ func (s *Selector) Next() (int, string) {
 	now := s.clock.Now()
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
-	if pin := s.processPin.Load(); pin != nil {
-		return v.indexOf(*pin), WhyProcessPin
-	}
-	if v.pool.PinnedAccountID != nil {
-		i := v.indexOf(*v.pool.PinnedAccountID)
-		if i > 0 && skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
-			return i, WhyManualPin
+	if id, src, why, ok := s.pinOf(v); ok {
+		i := v.indexOf(id)
+		if src == PinProcess || i > 0 && skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
+			return i, why
 		}
 		return 0, "the pinned account cannot serve now; the proxy answers 503 until it can (or run \"rotor unpin\")"
 	}

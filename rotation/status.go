@@ -26,9 +26,9 @@ type AccountStatus struct {
 func (s *Selector) Status() []AccountStatus {
 	v := s.cur.Load()
 	now := s.clock.Now()
-	pinned := v.pool.Pinned()
-	if pin := s.processPin.Load(); pin != nil {
-		pinned = v.pool.IndexOf(*pin)
+	pinned := 0
+	if id, _, _, ok := s.pinOf(v); ok {
+		pinned = v.pool.IndexOf(id)
 	}
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/checkup"
-	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
@@ -46,14 +45,7 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		Now: time.Now,
 	}
 	if sec != nil {
-		// No Flag hook: the checkup disables and flags a hard failure
-		// itself, so that it can list the change.
-		d.Refresher = &oauth.Refresher{
-			Client:  oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL")),
-			Secrets: sec,
-			Dir:     dir,
-			Now:     time.Now,
-		}
+		d.Refresher = newRefresher(a, dir, sec, nil)
 	}
 	return checkup.New(d)
 }

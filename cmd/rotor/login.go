@@ -88,19 +88,19 @@ func openBrowser(u string) error {
 	return cmd.Start()
 }
 
-// newRefresher wires token refresh for a proxy on st.
-func newRefresher(a *app, st *accounts.Store, sec secrets.Store) *oauth.Refresher {
+// newRefresher wires token refresh on the home dir, for serve and for the
+// diagnostics alike. flag, when not nil, flags an account whose refresh
+// hard-fails (serve); the checkup passes nil, because it flags and lists
+// that change itself.
+func newRefresher(a *app, dir string, sec secrets.Store, flag func(id, reason string) error) *oauth.Refresher {
 	return &oauth.Refresher{
 		Client:  oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL")),
 		Secrets: sec,
-		Dir:     st.Dir(),
+		Dir:     dir,
 		LinkError: func(acct accounts.Account, err error) {
 			fmt.Fprintf(a.stderr, "rotor: warning: account %s: its linked Codex CLI login %s: %v\n", acct.Label, acct.CodexAuthFile, err)
 		},
-		Flag: func(id, reason string) error {
-			_, err := st.Flag(id, reason, false)
-			return err
-		},
-		Now: time.Now,
+		Flag: flag,
+		Now:  time.Now,
 	}
 }

@@ -103,8 +103,8 @@ type running struct {
 // startProxy wires the store, secrets, runtime state and selector to a
 // proxy listening on loopback, and starts serving.
 func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
-	if !proxy.LoopbackHost(o.host) {
-		return nil, rerr.Validation("host", fmt.Sprintf("Refusing --host %s: rotor serves loopback only (127.0.0.0/8, ::1 or localhost).", o.host))
+	if err := proxy.CheckHost(o.host); err != nil {
+		return nil, err
 	}
 	log, err := newLogger(logOut, o.logFormat, o.logLevel)
 	if err != nil {
@@ -157,7 +157,10 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
 	}, proxy.Deps{
 		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
-		Refresher: newRefresher(a, st, sec),
+		Refresher: newRefresher(a, st.Dir(), sec, func(id, reason string) error {
+			_, err := st.Flag(id, reason, false)
+			return err
+		}),
 		Pages: dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
 			Usage: dashboard.NewUsage(rotation.NewUsageTail(st.Dir()), 2*time.Second)}),
 	})
