@@ -30,8 +30,7 @@ func CodexAuthPath(getenv func(string) string) string {
 	if d := getenv("CODEX_HOME"); d != "" {
 		return filepath.Join(d, "auth.json")
 	}
-	h, _ := os.UserHomeDir()
-	return filepath.Join(h, ".codex", "auth.json")
+	return filepath.Join(UserHome(getenv), ".codex", "auth.json")
 }
 
 // ReadCodexAuth reads the tokens of a Codex CLI auth.json. Errors name the

@@ -1,8 +1,8 @@
 package accounts
 
 import (
-	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -18,11 +18,25 @@ func HomeDir(getenv func(string) string) (string, error) {
 	if x := getenv("XDG_CONFIG_HOME"); x != "" {
 		return filepath.Join(x, "rotor"), nil
 	}
-	h, err := os.UserHomeDir()
-	if err != nil {
+	h := UserHome(getenv)
+	if h == "" {
 		return "", rerr.Validation("ROTOR_HOME", "cannot find a home directory; set ROTOR_HOME")
 	}
 	return filepath.Join(h, ".config", "rotor"), nil
+}
+
+// UserHome is the user's home directory as the environment getenv reads
+// names it (HOME, or USERPROFILE on Windows), so a command run in-process
+// with its own environment never falls back to this process's; "" when
+// there is none.
+func UserHome(getenv func(string) string) string {
+	if h := getenv("HOME"); h != "" {
+		return h
+	}
+	if runtime.GOOS == "windows" {
+		return getenv("USERPROFILE")
+	}
+	return ""
 }
 
 // ParseIndex reads a 1-based account index as `rotor list` shows it. Any value

@@ -32,6 +32,9 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// environ is the whole environment getenv reads, for the programs
+	// rotor starts (exec).
+	environ func() []string
 
 	// stdinTTY and stdoutTTY say whether stdin and stdout are terminals:
 	// add-key then prompts, and tables are coloured (unless NO_COLOR).

@@ -27,7 +27,7 @@ func cmdDashboard(a *app, args []string) error {
 	fmt.Fprintf(a.stderr, "Open this link within %s; it works once. It logs this browser in to the dashboard of rotor serve (pid %d).\n",
 		accounts.HumanDuration(dashboard.LoginTTL), in.PID)
 	if *open {
-		return openDashboard(dir, link)
+		return a.openDashboard(dir, link)
 	}
 	return nil
 }
@@ -35,14 +35,14 @@ func cmdDashboard(a *app, args []string) error {
 // openDashboard opens link in the user's browser through a 0600 page in
 // the home that redirects to it, as Jupyter does: the one-time token never
 // appears in another process's argv.
-func openDashboard(dir, link string) error {
+func (a *app) openDashboard(dir, link string) error {
 	page := filepath.Join(dir, home.DashboardOpenPage)
 	esc := html.EscapeString(link)
 	doc := "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" + esc + "\"><title>rotor</title><a href=\"" + esc + "\">Open the rotor dashboard</a>\n"
 	if err := home.WriteFile(page, []byte(doc)); err != nil {
 		return err
 	}
-	if err := openBrowser(page); err != nil {
+	if err := a.openBrowser(page); err != nil {
 		return fmt.Errorf("cannot open a browser (%v); open the link above yourself", err)
 	}
 	return nil

@@ -53,7 +53,7 @@ func cmdExec(a *app, args []string) error {
 
 	child := exec.Command(path, append(codexOverrides(argv[0], r.url), argv[1:]...)...)
 	child.Stdin, child.Stdout, child.Stderr = a.stdin, a.stdout, a.stderr
-	child.Env = append(os.Environ(), "OPENAI_BASE_URL="+r.url, "OPENAI_API_KEY="+r.key)
+	child.Env = append(a.environ(), "OPENAI_BASE_URL="+r.url, "OPENAI_API_KEY="+r.key)
 	// The child gets the terminal's signals itself; rotor only waits.
 	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
 	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -44,7 +46,7 @@ func cmdLogin(a *app, args []string) error {
 		if addr == "" {
 			addr = fmt.Sprintf("127.0.0.1:%d", oauth.CallbackPort)
 		}
-		t, err = client.LoginCallback(ctx, addr, openBrowser, a.stderr)
+		t, err = client.LoginCallback(ctx, addr, a.openBrowser, a.stderr)
 	}
 	if err != nil {
 		return err
@@ -71,21 +73,45 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 }
 
 // openBrowser asks the desktop to open u; it fails on machines without one,
-// and the caller then prints the URL.
-func openBrowser(u string) error {
-	var cmd *exec.Cmd
+// and the caller then prints the URL. The opener is found on, and runs
+// with, this run's environment.
+func (a *app) openBrowser(u string) error {
+	var name string
+	var args []string
 	switch runtime.GOOS {
 	case "darwin":
-		cmd = exec.Command("open", u)
+		name, args = "open", []string{u}
 	case "windows":
-		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", u)
+		name, args = "rundll32", []string{"url.dll,FileProtocolHandler", u}
 	default:
-		if _, err := exec.LookPath("xdg-open"); err != nil {
-			return err
-		}
-		cmd = exec.Command("xdg-open", u)
+		name, args = "xdg-open", []string{u}
 	}
-	return cmd.Start()
+	path, err := a.lookPath(name)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = a.environ()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go cmd.Wait()
+	return nil
+}
+
+// lookPath finds an executable on this run's PATH, which is not this
+// process's when the command runs in-process.
+func (a *app) lookPath(name string) (string, error) {
+	if runtime.GOOS == "windows" {
+		return exec.LookPath(name) // PATHEXT rules; Windows runs the binary
+	}
+	for _, dir := range filepath.SplitList(a.getenv("PATH")) {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found on PATH", name)
 }
 
 // newRefresher wires token refresh on the home dir, for serve and for the

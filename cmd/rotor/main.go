@@ -15,6 +15,7 @@ func main() {
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		getenv:    os.Getenv,
+		environ:   os.Environ,
 		stdinTTY:  term.IsTerminal(in),
 		stdoutTTY: term.IsTerminal(int(os.Stdout.Fd())),
 		readHidden: func() (string, error) {

@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,22 +101,28 @@ func (h *cliHome) command(ctx context.Context, stdin string, args ...string) (*e
 	return cmd, &stdout, &stderr
 }
 
-// run runs rotor with stdin and args and returns its output and exit status.
+// run runs one rotor command line in-process, with stdin and the home's
+// environment, as the binary would (the same app, streams injected), and
+// returns its output and exit status. Tests where a real process is the
+// point (locks, signals, kill -9, a running serve) use command instead.
 func (h *cliHome) run(stdin string, args ...string) result {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	cmd, stdout, stderr := h.command(ctx, stdin, args...)
-	err := cmd.Run()
-	r := result{args: args, stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
+	env := map[string]string{}
+	for _, kv := range h.env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	var stdout, stderr bytes.Buffer
+	a := &app{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr,
+		getenv: func(k string) string { return env[k] }, environ: func() []string { return slices.Clone(h.env) }}
+	done := make(chan int, 1)
+	go func() { done <- a.run(args) }()
+	var r result
+	select {
+	case code := <-done:
+		r = result{args: args, stdout: stdout.String(), stderr: stderr.String(), code: code}
+	case <-time.After(cmdTimeout):
 		h.t.Fatalf("rotor %s did not finish within %v", strings.Join(args, " "), cmdTimeout)
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	case err != nil:
-		h.t.Fatal(err)
 	}
 	h.logs = append(h.logs, r)
 	return r
