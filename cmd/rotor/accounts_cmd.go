@@ -319,10 +319,9 @@ func cmdList(a *app, args []string) error {
 	rows := sel.Status()
 	if *asJSON {
 		out := struct {
-			Command            string        `json:"command"`
 			PinnedAccountIndex *int          `json:"pinned_account_index"`
 			Accounts           []listAccount `json:"accounts"`
-		}{Command: "status", PinnedAccountIndex: rotation.IndexOrNil(pool.Pinned()), Accounts: []listAccount{}}
+		}{PinnedAccountIndex: rotation.IndexOrNil(pool.Pinned())}
 		for _, r := range rows {
 			out.Accounts = append(out.Accounts, listAccount{
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
@@ -330,7 +329,7 @@ func cmdList(a *app, args []string) error {
 				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: rotation.TimeOrNil(r.Until),
 			})
 		}
-		return a.printJSON(out)
+		return a.exportJSON("status", out)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(a.stdout, "No accounts yet. Add one with \"rotor import codex\", \"rotor login\" or \"rotor add-key\".")

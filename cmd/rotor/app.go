@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -223,13 +222,6 @@ func (a *app) selector() (*accounts.Pool, *rotation.Selector, error) {
 	}
 	sel, err := a.runtime(st, pool)
 	return pool, sel, err
-}
-
-// printJSON writes v as one pretty-printed JSON object.
-func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func cmdVersion(a *app, args []string) error {

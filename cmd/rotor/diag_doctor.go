@@ -28,15 +28,10 @@ func cmdDoctor(a *app, args []string) error {
 	res := a.checkup(dir).Doctor(context.Background())
 	ok, warn, errs := res.Count()
 	if *asJSON {
-		checks := res.Checks
-		if checks == nil {
-			checks = []checkup.Check{}
-		}
-		err = a.printJSON(struct {
-			Command string          `json:"command"`
+		err = a.exportJSON("doctor", struct {
 			Summary doctorSummary   `json:"summary"`
 			Checks  []checkup.Check `json:"checks"`
-		}{"doctor", doctorSummary{ok, warn, errs}, checks})
+		}{doctorSummary{ok, warn, errs}, res.Checks})
 	} else {
 		pal := a.palette()
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)

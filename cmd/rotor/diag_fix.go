@@ -22,16 +22,12 @@ func cmdFix(a *app, args []string) error {
 	}
 	res := a.checkup(dir).Fix(context.Background(), checkup.FixOptions{DryRun: *dry, PruneSecrets: *prune})
 	actions := res.Actions
-	if actions == nil {
-		actions = []checkup.Action{}
-	}
 	if *asJSON {
-		err = a.printJSON(struct {
-			Command string           `json:"command"`
+		err = a.exportJSON("fix", struct {
 			DryRun  bool             `json:"dry_run"`
 			Changed bool             `json:"changed"`
 			Actions []checkup.Action `json:"actions"`
-		}{"fix", res.DryRun, res.Changed(), actions})
+		}{res.DryRun, res.Changed(), actions})
 	} else {
 		err = printFix(a, res)
 	}

@@ -44,9 +44,9 @@ type forecastSummary struct {
 	Unavailable int `json:"unavailable"`
 }
 
-// forecastBody is the forecast object shared by `forecast --json` and the
+// ForecastBody (exported so the JSON exporter reaches into it when embedded) is the forecast object shared by `forecast --json` and the
 // `forecast` field of `report --json`.
-type forecastBody struct {
+type ForecastBody struct {
 	PinnedAccountIndex *int              `json:"pinned_account_index"`
 	PinSource          *string           `json:"pin_source"`
 	Summary            forecastSummary   `json:"summary"`
@@ -54,8 +54,8 @@ type forecastBody struct {
 	Accounts           []forecastAccount `json:"accounts"`
 }
 
-func toForecastBody(fc rotation.Forecast) forecastBody {
-	b := forecastBody{
+func toForecastBody(fc rotation.Forecast) ForecastBody {
+	b := ForecastBody{
 		PinnedAccountIndex: rotation.IndexOrNil(fc.PinnedIndex),
 		Summary: forecastSummary{Total: fc.Summary.Total, Ready: fc.Summary.Ready,
 			Delayed: fc.Summary.Delayed, Unavailable: fc.Summary.Unavailable},
@@ -72,9 +72,6 @@ func toForecastBody(fc rotation.Forecast) forecastBody {
 			Verdict: f.Verdict, State: f.State, Detail: f.Detail, ReadyAt: rotation.TimeOrNil(f.ReadyAt),
 			Risk: f.Risk, RiskFactors: f.RiskFactors, Health: f.Health, RecentFailures: f.RecentFailures,
 			Pinned: f.Pinned,
-		}
-		if fa.RiskFactors == nil {
-			fa.RiskFactors = []string{}
 		}
 		if f.Reason != "" {
 			r := f.Reason
@@ -104,11 +101,10 @@ func cmdForecast(a *app, args []string) error {
 	}
 	fc := sel.Forecast()
 	if *asJSON {
-		return a.printJSON(struct {
-			Command     string `json:"command"`
+		return a.exportJSON("forecast", struct {
 			GeneratedAt string `json:"generated_at"`
-			forecastBody
-		}{"forecast", fc.At.UTC().Format(time.RFC3339), toForecastBody(fc)})
+			ForecastBody
+		}{fc.At.UTC().Format(time.RFC3339), toForecastBody(fc)})
 	}
 	return printForecast(a.stdout, a.palette(), fc)
 }

@@ -155,18 +155,17 @@ func cmdReport(a *app, args []string) error {
 	rep, uerr := rotation.SummarizeUsage(st.Dir(), now, rotation.ReportWindows)
 	usage := toUsageBody(st.Dir(), rep, uerr, pool)
 	if *asJSON {
-		var fb *forecastBody
+		var fb *ForecastBody
 		if fc != nil {
 			b := toForecastBody(*fc)
 			fb = &b
 		}
-		err = a.printJSON(struct {
-			Command     string              `json:"command"`
+		err = a.exportJSON("report", struct {
 			GeneratedAt string              `json:"generated_at"`
 			Store       checkup.StoreHealth `json:"store"`
-			Forecast    *forecastBody       `json:"forecast"`
+			Forecast    *ForecastBody       `json:"forecast"`
 			Usage       usageBody           `json:"usage"`
-		}{"report", now.UTC().Format(time.RFC3339), health, fb, usage})
+		}{now.UTC().Format(time.RFC3339), health, fb, usage})
 	} else {
 		err = printReport(a.stdout, a.palette(), now, health, fc, rep, uerr, pool)
 	}

@@ -25,18 +25,14 @@ func cmdVerifyFlagged(a *app, args []string) error {
 	}
 	total, restored, still := res.Count()
 	reports := res.Reports
-	if reports == nil {
-		reports = []checkup.VerifyReport{}
-	}
 	if *asJSON {
-		err = a.printJSON(struct {
-			Command      string                 `json:"command"`
+		err = a.exportJSON("verify-flagged", struct {
 			Total        int                    `json:"total"`
 			Restored     int                    `json:"restored"`
 			StillFlagged int                    `json:"still_flagged"`
 			DryRun       bool                   `json:"dry_run"`
 			Reports      []checkup.VerifyReport `json:"reports"`
-		}{"verify-flagged", total, restored, still, res.DryRun, reports})
+		}{total, restored, still, res.DryRun, reports})
 	} else {
 		err = printVerify(a, res, total, restored, still)
 	}

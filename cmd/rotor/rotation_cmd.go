@@ -7,7 +7,6 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 func cmdRotation(a *app, args []string) error {
@@ -27,10 +26,7 @@ func cmdRotation(a *app, args []string) error {
 	rows := sel.Status()
 	view := sel.View(rows)
 	if *asJSON {
-		return a.printJSON(struct {
-			Command string `json:"command"`
-			rotation.StatusView
-		}{"rotation status", view})
+		return a.exportJSON("rotation status", view)
 	}
 	pinned := pool.Pinned()
 	if pinned > 0 {
