@@ -39,6 +39,52 @@ type env struct {
 	base  string // http://127.0.0.1:P
 	pool  *accounts.Pool
 	usage *rotation.UsageLog
+	ticks chan time.Time // the watcher's ticks, given by hand (tickClock)
+}
+
+// tickClock is the real clock whose tickers tick only when a test says
+// (env.tick): a watcher then looks at the home exactly when the test
+// wants, and no test waits for a real interval to pass.
+type tickClock struct {
+	rotation.SystemClock
+	ticks chan time.Time
+}
+
+func (c *tickClock) NewTicker(time.Duration) (<-chan time.Time, func()) { return c.ticks, func() {} }
+
+// tick makes e's watcher look at the home once, as one WatchInterval
+// passing would, and returns when that look is done: the second tick is
+// only taken once the watcher finished with the first.
+func (e *env) tick() {
+	e.t.Helper()
+	if e.ticks == nil {
+		e.t.Fatal("tick: this proxy's clock ticks by itself")
+	}
+	for range 2 {
+		select {
+		case e.ticks <- time.Now():
+		case <-time.After(5 * time.Second):
+			e.t.Fatal("the watcher took no tick within 5s")
+		}
+	}
+}
+
+// withinWatch fails unless cond holds after the watchers of envs have
+// looked at the home as often as they do in one second of rotor serve
+// (SPEC §4: processes honor each other's news within 1 s).
+func withinWatch(t *testing.T, what string, cond func() bool, envs ...*env) {
+	t.Helper()
+	for range time.Second / rotation.WatchInterval {
+		if cond() {
+			return
+		}
+		for _, e := range envs {
+			e.tick()
+		}
+	}
+	if !cond() {
+		t.Fatalf("not within 1s of watching: %s", what)
+	}
 }
 
 type envOption func(*Config)
@@ -80,7 +126,7 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startProxy(t, up, dir, peerConfig{clock: rotation.SystemClock{}, seed: 1}, opts...)
+	return startProxy(t, up, dir, peerConfig{seed: 1}, opts...)
 }
 
 // startProxy starts a proxy on the ROTOR_HOME dir in front of up, wired as
@@ -88,8 +134,10 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 // selector and usage log. It is shut down when the test ends.
 func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
+	var ticks chan time.Time
 	if pc.clock == nil {
-		pc.clock = rotation.SystemClock{}
+		ticks = make(chan time.Time)
+		pc.clock = &tickClock{ticks: ticks}
 	}
 	st, err := accounts.Open(dir)
 	if err != nil {
@@ -129,7 +177,7 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 		srv.Shutdown(ctx)
 		usage.Close()
 	})
-	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usage}
+	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usage, ticks: ticks}
 }
 
 // newBenchEnv is a one-account (API key "k1") env for benchmarks; edit

@@ -18,7 +18,10 @@ import (
 // skewClock is the real clock plus an offset the test moves forward, so a
 // test can let a cooldown pass without waiting for it while the network
 // keeps real time.
-type skewClock struct{ off atomic.Int64 }
+type skewClock struct {
+	rotation.SystemClock
+	off atomic.Int64
+}
 
 func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
 
@@ -53,7 +56,7 @@ func responseTimeout(d time.Duration) envOption {
 // env shares e's upstream and (initial) pool; it is shut down with the test.
 func (e *env) peer(opts ...peerOption) *env {
 	e.t.Helper()
-	pc := peerConfig{clock: rotation.SystemClock{}, seed: 2}
+	pc := peerConfig{seed: 2}
 	for _, o := range opts {
 		o(&pc)
 	}

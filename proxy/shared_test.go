@@ -37,9 +37,9 @@ func TestRateLimitLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 	a.expectCounts(map[string]int{"lim": 1, "ok": 0})
 
 	until := a.state(1).RateLimitedUntil
-	eventually(t, time.Second, "proxy B to learn the rate limit", func() bool {
+	withinWatch(t, "proxy B to learn the rate limit", func() bool {
 		return b.state(1).RateLimitedUntil.Equal(until)
-	})
+	}, a, b)
 	t.Logf("B learned the limit %s after A", time.Since(learned))
 	if s := b.status(1); s.State != rotation.SkipRateLimited {
 		t.Fatalf("B sees account 1 %q", s.State)
@@ -59,9 +59,9 @@ func TestCooldownLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 	a.prefer(1)
 	expectStream(t, a.do("POST", "/v1/responses", streamBody))
 	a.expectCounts(map[string]int{"bad": 1, "good": 1})
-	eventually(t, time.Second, "proxy B to learn the cooldown", func() bool {
+	withinWatch(t, "proxy B to learn the cooldown", func() bool {
 		return b.status(1).State == "cooling-down:server-error"
-	})
+	}, a, b)
 	b.prefer(1)
 	expectStream(t, b.do("POST", "/v1/responses", streamBody))
 	b.expectCounts(map[string]int{"bad": 1, "good": 2})
@@ -84,10 +84,10 @@ func TestPinWrittenToTheStoreReachesBothProxies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, e := range map[string]*env{"A": a, "B": b} {
-		eventually(t, time.Second, "proxy "+name+" to see the pin", func() bool {
+		withinWatch(t, "proxy "+name+" to see the pin", func() bool {
 			p := e.sel.Pool()
 			return p.PinnedAccountID != nil && *p.PinnedAccountID == id && p.AffinityGeneration == gen+1
-		})
+		}, a, b)
 	}
 	for range 3 {
 		expectStream(t, a.do("POST", "/v1/responses", streamBody))
@@ -104,9 +104,9 @@ func TestPinWrittenToTheStoreReachesBothProxies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, e := range map[string]*env{"A": a, "B": b} {
-		eventually(t, time.Second, "proxy "+name+" to see the unpin", func() bool {
+		withinWatch(t, "proxy "+name+" to see the unpin", func() bool {
 			return e.sel.Pool().PinnedAccountID == nil
-		})
+		}, a, b)
 	}
 	b.prefer(1)
 	expectStream(t, b.do("POST", "/v1/responses", streamBody))
@@ -120,9 +120,9 @@ func TestFlagWrittenByOneProxyReachesTheOther(t *testing.T) {
 	a.up.Set("dead", upstreamtest.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
 	a.prefer(1)
 	expectError(t, a.do("POST", "/v1/responses", streamBody), 401, rerr.TokenInvalidated)
-	eventually(t, time.Second, "proxy B to see the flag", func() bool {
+	withinWatch(t, "proxy B to see the flag", func() bool {
 		return b.status(1).State == rotation.SkipFlagged
-	})
+	}, a, b)
 	b.prefer(1)
 	expectStream(t, b.do("POST", "/v1/responses", streamBody))
 	b.expectCounts(map[string]int{"dead": 1, "ok": 1})
@@ -143,9 +143,9 @@ func TestRefreshedTokenReachesTheOtherProxy(t *testing.T) {
 	expectStream(t, a.do("POST", "/v1/responses", streamBody))
 	a.expectCounts(map[string]int{"old": 2, "fresh-old": 1})
 	tokensAt := a.state(1).TokensAt
-	eventually(t, time.Second, "proxy B to learn the token changed", func() bool {
+	withinWatch(t, "proxy B to learn the token changed", func() bool {
 		return !b.state(1).TokensAt.Before(tokensAt)
-	})
+	}, a, b)
 	// B uses the new token without a 401 of its own.
 	expectStream(t, b.do("POST", "/v1/responses", streamBody))
 	a.expectCounts(map[string]int{"old": 2, "fresh-old": 2})
@@ -188,9 +188,9 @@ func TestConcurrentRequestsAcrossTwoProxies(t *testing.T) {
 	// that, both proxies know it and never ask again.
 	lim := a.up.Count("lim")
 	for _, e := range []*env{a, b} {
-		eventually(t, time.Second, "both proxies to know the limit", func() bool {
+		withinWatch(t, "both proxies to know the limit", func() bool {
 			return e.status(1).State == rotation.SkipRateLimited
-		})
+		}, a, b)
 	}
 	for i := range 6 {
 		e := a

@@ -11,8 +11,9 @@ import (
 
 // fcClock is a settable clock for the forecast and usage tests.
 type fcClock struct {
-	mu sync.Mutex
-	t  time.Time
+	SystemClock // tickers; these tests run no watcher
+	mu          sync.Mutex
+	t           time.Time
 }
 
 func (c *fcClock) Now() time.Time {

@@ -21,8 +21,9 @@ import (
 // fakeClock is a clock the test moves by hand. It starts at a fixed instant
 // in the past, so nothing may depend on the real time.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	SystemClock // tickers; these tests run no watcher
+	mu          sync.Mutex
+	t           time.Time
 }
 
 func newFakeClock() *fakeClock {

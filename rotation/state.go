@@ -10,14 +10,26 @@ import (
 	"time"
 )
 
-// Clock tells the time; tests inject a fake one.
-type Clock interface{ Now() time.Time }
+// Clock is rotor's one source of time: the present, and tickers. Code
+// takes it as a dependency (never time.Now or time.NewTicker directly for
+// what it decides), so tests inject a clock they move, or tick, by hand.
+type Clock interface {
+	Now() time.Time
+	// NewTicker delivers a tick every d on c until stop is called.
+	NewTicker(d time.Duration) (c <-chan time.Time, stop func())
+}
 
 // SystemClock is the real clock.
 type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTicker is time.NewTicker.
+func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
 
 // Cooldown reasons, as shown in skip reasons (`cooling-down:<reason>`).
 const (

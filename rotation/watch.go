@@ -41,12 +41,13 @@ func Refresh(src PoolSource, sel *Selector, stamp home.Stamp) (home.Stamp, error
 	return stamp, firstErr
 }
 
-// Watch calls Refresh every interval until ctx ends, then once more so the
+// Watch calls Refresh on every tick of the selector's clock (every
+// interval, on the real one) until ctx ends, then once more so the
 // last news of this process reaches state.json. onErr hears every failure
 // (a broken store must not stop the proxy, only be reported).
 func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Duration, onErr func(error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	tick, stop := sel.clock.NewTicker(interval)
+	defer stop()
 	stamp := home.Stamp{}
 	var last string
 	for {
@@ -65,7 +66,7 @@ func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Dur
 				onErr(err)
 			}
 			return
-		case <-t.C:
+		case <-tick:
 		}
 	}
 }

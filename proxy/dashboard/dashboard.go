@@ -41,16 +41,13 @@ type Store interface {
 	Update(fn func(*accounts.Pool) error) (*accounts.Pool, error)
 }
 
-// Clock is the time source: rotation.SystemClock in rotor.
-type Clock interface{ Now() time.Time }
-
 // Config wires a Dashboard.
 type Config struct {
 	ClientKey string // the serve's client key, which signs logins and cookies
 	Pool      Pool
 	Store     Store
 	Usage     *Usage
-	Clock     Clock
+	Clock     rotation.Clock
 	Log       zerolog.Logger
 	// Tick is how often an open page's stream looks for news (default 1s).
 	Tick time.Duration
@@ -249,8 +246,8 @@ func (d *Dashboard) events(ctx *fasthttp.RequestCtx) {
 	done := ctx.Done() // closed when serve shuts down
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer func() { <-d.streams }()
-		t := time.NewTicker(d.cfg.Tick)
-		defer t.Stop()
+		tick, stop := d.cfg.Clock.NewTicker(d.cfg.Tick)
+		defer stop()
 		var last []byte
 		quiet := 0
 		for {
@@ -268,7 +265,7 @@ func (d *Dashboard) events(ctx *fasthttp.RequestCtx) {
 			select {
 			case <-done:
 				return
-			case <-t.C:
+			case <-tick:
 			}
 		}
 	})
