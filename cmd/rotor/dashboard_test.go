@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
@@ -167,6 +168,26 @@ func TestDashboardOnTheWire(t *testing.T) {
 	ou, _ := url.Parse(other)
 	if resp, _ := d.do(t, wireReq{path: ou.RequestURI()}); resp.StatusCode != 401 {
 		t.Errorf("a link made with another serve's key logged in: %d", resp.StatusCode)
+	}
+
+	// A label is the user's text: inside the page it stays data.
+	st, err := accounts.Open(d.h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const evil = `bob</script><script>alert(1)</script>`
+	st.Update(func(p *accounts.Pool) error { p.At(2).Label = evil; return nil })
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, page := d.do(t, wireReq{path: "/", cookie: cookie})
+		if strings.Contains(page, `bob\u003c/script\u003e`) {
+			if n := strings.Count(page, "</script>"); n != 2 {
+				t.Errorf("the page has %d </script>, want the 2 of its own script tags:\n%s", n, page)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relabelled account never reached the page:\n%s", page)
+		}
 	}
 
 	var served strings.Builder

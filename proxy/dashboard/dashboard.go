@@ -81,9 +81,8 @@ func (d *Dashboard) Owns(path []byte) bool {
 	return len(path) == 1 && path[0] == '/' || string(path) == "/login" || bytes.HasPrefix(path, []byte("/dashboard/"))
 }
 
-// pages are the dashboard's GET paths, each with its asset or handler.
+// assets are the dashboard's static files, by path.
 var assets = map[string]string{
-	"/":                  "static/index.html",
 	"/dashboard/app.js":  "static/app.js",
 	"/dashboard/app.css": "static/app.css",
 }
@@ -108,6 +107,8 @@ func (d *Dashboard) ServePage(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch {
+	case method == fasthttp.MethodGet && path == "/":
+		d.page(ctx)
 	case method == fasthttp.MethodGet && assets[path] != "":
 		d.asset(ctx, assets[path])
 	case method == fasthttp.MethodGet && path == "/dashboard/state":
@@ -120,6 +121,20 @@ func (d *Dashboard) ServePage(ctx *fasthttp.RequestCtx) {
 	default:
 		d.fail(ctx, rerr.ProxyNotFound, fmt.Sprintf("the dashboard has no %s %s", method, path))
 	}
+}
+
+// page is index.html with the current snapshot inside, as JSON data in a
+// non-script block (json.Marshal escapes <, > and &, so it cannot end the
+// block), so the first paint shows the pool without waiting for the
+// stream.
+func (d *Dashboard) page(ctx *fasthttp.RequestCtx) {
+	b, err := static.ReadFile("static/index.html")
+	if err != nil {
+		d.fail(ctx, rerr.ProxyError, "missing dashboard page")
+		return
+	}
+	ctx.SetContentType("text/html; charset=utf-8")
+	ctx.SetBody(bytes.Replace(b, []byte("{{SNAPSHOT}}"), d.snapshot(), 1))
 }
 
 func (d *Dashboard) asset(ctx *fasthttp.RequestCtx, name string) {

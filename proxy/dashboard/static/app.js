@@ -227,5 +227,9 @@ for (const [id, value] of [["span-24h", "24h"], ["span-7d", "7d"]]) {
     if (snap) renderCharts();
   });
 }
+// The page arrives with a snapshot inside (data, not script), so it shows
+// the pool at once; the live stream takes over from there.
+const initial = document.getElementById("initial");
+if (initial && initial.textContent.trim().startsWith("{")) take(initial.textContent);
 setInterval(tick, 1000);
 connect();
