@@ -177,11 +177,9 @@ func TestCodexAuthPath(t *testing.T) {
 	if got := CodexAuthPath(env(map[string]string{"CODEX_HOME": "/c"})); got != "/c/auth.json" {
 		t.Errorf("with CODEX_HOME: %q", got)
 	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		t.Skip("no home directory")
-	}
-	if got := CodexAuthPath(env(nil)); got != filepath.Join(h, ".codex", "auth.json") {
+	// The run's HOME, not this process's: commands run in-process with
+	// their own environment.
+	if got := CodexAuthPath(env(map[string]string{"HOME": "/home/u"})); got != "/home/u/.codex/auth.json" {
 		t.Errorf("default: %q", got)
 	}
 }

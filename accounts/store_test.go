@@ -428,12 +428,11 @@ func TestHomeDir(t *testing.T) {
 	if got, _ := HomeDir(env(map[string]string{"XDG_CONFIG_HOME": "/x"})); got != "/x/rotor" {
 		t.Errorf("with XDG_CONFIG_HOME: %q, want /x/rotor", got)
 	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		t.Skip("no home directory")
+	if got, _ := HomeDir(env(map[string]string{"HOME": "/home/u"})); got != "/home/u/.config/rotor" {
+		t.Errorf("default: %q, want /home/u/.config/rotor", got)
 	}
-	if got, _ := HomeDir(env(nil)); got != filepath.Join(h, ".config", "rotor") {
-		t.Errorf("default: %q, want ~/.config/rotor", got)
+	if _, err := HomeDir(env(nil)); err == nil {
+		t.Error("no HOME, no ROTOR_HOME: want an error that says to set ROTOR_HOME")
 	}
 }
 
