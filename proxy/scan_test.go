@@ -32,7 +32,7 @@ var scanSeeds = []string{
 	`"unterminated`, `"12345678901234567\"890"`, `["abcdefgh\\","ijklmnop"]`,
 	`{"model":"gpt-5","input":[{"role":"user","content":"hi"}],"stream":true}`,
 	"{\"k\\u0065y\":\"v\\n\", \"n\":[1,2,{\"x\":null}]}\n", `{"a":{"b":{"c":[[[]]]}}}`,
-	"\"caf\xc3\xa9\"", `[1 2]`, `{"a":1 "b":2}`, `{"":""}`, `[-]`, `[1e5.0]`,
+	"\"caf\xc3\xa9\"", `"aaaaaaaaaaaaaaaaaaaaaa\"\u00e9bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\\"`, `"aaaaaaaaaaaaaaaaaaaaaaaaaa\`, `[1 2]`, `{"a":1 "b":2}`, `{"":""}`, `[-]`, `[1e5.0]`,
 }
 
 // FuzzScanBody holds scanBody to encoding/json's verdict on every input
