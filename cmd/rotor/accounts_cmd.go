@@ -43,7 +43,7 @@ func cmdAddKey(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	acct, idx, created, err := accounts.AddKey(st, sec, key, accounts.KeyOptions{Label: *label, BaseURL: *base, Update: *update}, time.Now())
+	acct, idx, created, err := accounts.AddKey(st, sec, key, accounts.KeyOptions{Label: *label, BaseURL: *base, Update: *update}, a.now())
 	if err != nil {
 		return err
 	}
@@ -338,7 +338,7 @@ func cmdList(a *app, args []string) error {
 	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\t%s\t%s\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
-	now := time.Now()
+	now := a.now()
 	for _, r := range rows {
 		pin := " "
 		if r.Pinned {

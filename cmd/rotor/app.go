@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -43,6 +44,30 @@ type app struct {
 	readHidden func() (string, error)
 
 	name string // the command being run, as typed
+
+	// clock is the time every command decides by (rotation.SystemClock
+	// unless a test injects one); httpClient sends what the diagnostics
+	// send. With the streams above, app is the factory every command gets
+	// its dependencies from, as gh's cmdutil.Factory is.
+	clock      rotation.Clock
+	httpClient *http.Client
+}
+
+// now is the app clock's present.
+func (a *app) now() time.Time { return a.clockOrSystem().Now() }
+
+func (a *app) clockOrSystem() rotation.Clock {
+	if a.clock == nil {
+		return rotation.SystemClock{}
+	}
+	return a.clock
+}
+
+func (a *app) client() *http.Client {
+	if a.httpClient == nil {
+		return &http.Client{}
+	}
+	return a.httpClient
 }
 
 // run executes one command line and returns the exit status.
@@ -188,8 +213,8 @@ func (a *app) storeAndSecrets() (*accounts.Store, secrets.Store, error) {
 // runtime loads the shared runtime state and a selector over pool, as a
 // command that only reads them needs.
 func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Selector, error) {
-	rt := rotation.NewRuntime(st.Dir(), rotation.SystemClock{})
-	sel := rotation.NewSelector(rt, rotation.SystemClock{}, uint64(time.Now().UnixNano()))
+	rt := rotation.NewRuntime(st.Dir(), a.clockOrSystem())
+	sel := rotation.NewSelector(rt, a.clockOrSystem(), uint64(time.Now().UnixNano()))
 	sel.SetPool(pool)
 	if err := rt.Sync(nil); err != nil {
 		if !errors.Is(err, rotation.ErrDamagedState) {

@@ -5,7 +5,6 @@ import (
 	"html"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
@@ -22,7 +21,7 @@ func cmdDashboard(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	link := dashboard.LoginURL(strings.TrimSuffix(in.URL, "/v1"), in.ClientKey, time.Now())
+	link := dashboard.LoginURL(strings.TrimSuffix(in.URL, "/v1"), in.ClientKey, a.now())
 	fmt.Fprintf(a.stdout, "%s\n", link)
 	fmt.Fprintf(a.stderr, "Open this link within %s; it works once. It logs this browser in to the dashboard of rotor serve (pid %d).\n",
 		accounts.HumanDuration(dashboard.LoginTTL), in.PID)

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -38,8 +37,8 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		Secrets:     sec,
 		SecretsErr:  secErr,
 		SecretsMode: mode,
-		Runtime:     rotation.NewRuntime(dir, rotation.SystemClock{}),
-		HTTP:        &http.Client{},
+		Runtime:     rotation.NewRuntime(dir, a.clockOrSystem()),
+		HTTP:        a.client(),
 		Prober: proxy.Prober{ChatGPTBase: strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
 			OpenAIBase: strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")},
 		Now: time.Now,

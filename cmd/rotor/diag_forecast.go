@@ -128,7 +128,7 @@ func printForecast(w io.Writer, pal palette, fc rotation.Forecast) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  #\t%s\tWAIT\tRISK\tLABEL\t%s\t%s\tWHY\n", pal.header("FORECAST"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
-	now := time.Now()
+	now := fc.At
 	for _, f := range fc.Accounts {
 		pin := " "
 		if f.Pinned {

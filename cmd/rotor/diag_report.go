@@ -135,7 +135,7 @@ func cmdReport(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := a.now()
 	health := a.checkup(st.Dir()).Store()
 	// An unreadable store leaves no forecast, but the rest of the report is
 	// still worth printing; the command then exits 1.

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/oauth"
@@ -60,7 +59,7 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
 	}
-	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, time.Now()), label, nil)
+	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, a.now()), label, nil)
 	if err != nil {
 		return err
 	}
@@ -127,6 +126,6 @@ func newRefresher(a *app, dir string, sec secrets.Store, flag func(id, reason st
 			fmt.Fprintf(a.stderr, "rotor: warning: account %s: its linked Codex CLI login %s: %v\n", acct.Label, acct.CodexAuthFile, err)
 		},
 		Flag: flag,
-		Now:  time.Now,
+		Now:  a.now,
 	}
 }

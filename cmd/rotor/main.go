@@ -3,21 +3,26 @@
 package main
 
 import (
+	"net/http"
 	"os"
 
 	"golang.org/x/term"
+
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 func main() {
 	in := int(os.Stdin.Fd())
 	a := &app{
-		stdin:     os.Stdin,
-		stdout:    os.Stdout,
-		stderr:    os.Stderr,
-		getenv:    os.Getenv,
-		environ:   os.Environ,
-		stdinTTY:  term.IsTerminal(in),
-		stdoutTTY: term.IsTerminal(int(os.Stdout.Fd())),
+		stdin:      os.Stdin,
+		stdout:     os.Stdout,
+		stderr:     os.Stderr,
+		getenv:     os.Getenv,
+		environ:    os.Environ,
+		clock:      rotation.SystemClock{},
+		httpClient: &http.Client{},
+		stdinTTY:   term.IsTerminal(in),
+		stdoutTTY:  term.IsTerminal(int(os.Stdout.Fd())),
 		readHidden: func() (string, error) {
 			b, err := term.ReadPassword(in)
 			return string(b), err

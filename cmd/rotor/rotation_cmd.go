@@ -44,7 +44,7 @@ func cmdRotation(a *app, args []string) error {
 		return nil
 	}
 	pal := a.palette()
-	now := time.Now()
+	now := a.now()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\t%s\t%s\tLAST USED\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	for _, r := range rows {

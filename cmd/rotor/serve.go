@@ -119,7 +119,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	clock := rotation.SystemClock{}
+	clock := a.clockOrSystem()
 	rt := rotation.NewRuntime(st.Dir(), clock)
 	var seed [8]byte
 	rand.Read(seed[:])
