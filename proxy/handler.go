@@ -88,14 +88,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 				Message: "rotor failed on this request (a bug); it is logged with request_id"}, nil)
 		}
 	}()
-	if code := s.guard(ctx); code != "" {
+	page := s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path())
+	if code := s.guard(&ctx.Request.Header, page); code != "" {
 		// The body was not read: the connection cannot carry another
 		// request, and a stranger's upload costs nothing.
 		ctx.SetConnectionClose()
 		s.fail(ctx, rid, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		return
 	}
-	if s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path()) {
+	if page {
 		s.deps.Pages.ServePage(ctx)
 		return
 	}
@@ -181,10 +182,10 @@ var guardMessages = map[string]string{
 }
 
 // guard applies the checks every request passes before routing: loopback
-// Host, origin-form target, loopback Origin, then the client key. It returns
-// the error code to answer with, "" to go on.
-func (s *Server) guard(ctx *fasthttp.RequestCtx) string {
-	h := &ctx.Request.Header
+// Host, origin-form target, loopback Origin, then the client key, except
+// on a dashboard page (which takes its cookie instead). It returns the
+// error code to answer with, "" to go on.
+func (s *Server) guard(h *fasthttp.RequestHeader, page bool) string {
 	uri := h.RequestURI()
 	if len(uri) == 0 || uri[0] != '/' {
 		return rerr.ProxyForbiddenHost // absolute-form or asterisk-form target
@@ -195,10 +196,7 @@ func (s *Server) guard(ctx *fasthttp.RequestCtx) string {
 	if o := h.Peek("Origin"); len(o) > 0 && !loopbackOrigin(o) {
 		return rerr.ProxyForbiddenHost
 	}
-	if s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path()) {
-		return "" // the dashboard takes its cookie instead of the key
-	}
-	if !s.authorized(h) {
+	if !page && !s.authorized(h) {
 		return rerr.ProxyUnauthorized
 	}
 	return ""
@@ -243,7 +241,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 			Message: fmt.Sprintf("request headers are larger than the proxy accepts (%d KiB)", MaxHeaderBytes>>10)}, nil)
 		return
 	}
-	if code := s.guard(ctx); code != "" {
+	if code := s.guard(&ctx.Request.Header, false); code != "" {
 		s.fail(ctx, rid, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		return
 	}
