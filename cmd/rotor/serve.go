@@ -269,6 +269,7 @@ func cmdServe(a *app, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "rotor proxy listening on %s\n", r.url)
 	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", filepath.Join(r.home, home.RecordName(pid)))
+	fmt.Fprintf(a.stdout, "dashboard: %s/ (run: rotor dashboard --open)\n", strings.TrimSuffix(r.url, "/v1"))
 	select {
 	case <-sigs:
 	case err := <-r.served:

@@ -101,7 +101,8 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not exit within 15s of SIGTERM")
 	}
-	if !strings.Contains(stdout.String(), "rotor proxy listening on "+info.URL) {
+	if !strings.Contains(stdout.String(), "rotor proxy listening on "+info.URL) ||
+		!strings.Contains(stdout.String(), "dashboard: "+strings.TrimSuffix(info.URL, "/v1")+"/ (run: rotor dashboard --open)") {
 		t.Errorf("stdout %q", stdout)
 	}
 	if _, err := os.Stat(h.path(home.InfoFile)); !os.IsNotExist(err) {
