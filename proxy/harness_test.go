@@ -147,22 +147,18 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := st.Load()
+	h, _, err := OpenHome(st, pc.clock, pc.seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := rotation.NewRuntime(dir, pc.clock)
-	sel := rotation.NewSelector(rt, pc.clock, pc.seed)
-	sel.SetPool(pool)
-	usage, err := rotation.OpenUsageLog(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, sel, usage := h.Pool, h.Selector, h.Usage
 	cfg := Config{ClientKey: testKey, ChatGPTBase: up.ChatGPTBase(), OpenAIBase: up.OpenAIBase()}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := New(cfg, Deps{Selector: sel, Secrets: sec, Refresher: pc.refresher, Flagger: st, Usage: usage, Clock: pc.clock, Log: zerolog.Nop()})
+	deps := h.Deps(sec, pc.clock, zerolog.Nop())
+	deps.Refresher = pc.refresher
+	srv, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

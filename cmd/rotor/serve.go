@@ -114,27 +114,6 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.warnExposedSecrets(st.Dir())
-	pool, err := st.Load()
-	if err != nil {
-		return nil, err
-	}
-	clock := a.clockOrSystem()
-	rt := rotation.NewRuntime(st.Dir(), clock)
-	var seed [8]byte
-	rand.Read(seed[:])
-	sel := rotation.NewSelector(rt, clock, binary.LittleEndian.Uint64(seed[:]))
-	sel.SetPool(pool)
-	if o.account != "" {
-		i, err := pool.Resolve(o.account)
-		if err != nil {
-			return nil, err
-		}
-		sel.SetProcessPin(pool.At(i).ID)
-	}
-	if err := rt.Sync(nil); err != nil {
-		log.Warn().Err(err).Msg("cannot read shared state; starting fresh")
-	}
 	key := a.getenv("ROTOR_CLIENT_KEY")
 	if key == "" {
 		var b [32]byte
@@ -143,10 +122,33 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	} else if len(key) < 32 {
 		return nil, rerr.Validation("ROTOR_CLIENT_KEY", "ROTOR_CLIENT_KEY must be at least 32 characters")
 	}
-	usage, err := rotation.OpenUsageLog(st.Dir())
+	a.warnExposedSecrets(st.Dir())
+	clock := a.clockOrSystem()
+	var seed [8]byte
+	rand.Read(seed[:])
+	h, stateErr, err := proxy.OpenHome(st, clock, binary.LittleEndian.Uint64(seed[:]))
 	if err != nil {
 		return nil, err
 	}
+	if stateErr != nil {
+		log.Warn().Err(stateErr).Msg("cannot read shared state; starting fresh")
+	}
+	pool, sel, usage := h.Pool, h.Selector, h.Usage
+	if o.account != "" {
+		i, err := pool.Resolve(o.account)
+		if err != nil {
+			usage.Close()
+			return nil, err
+		}
+		sel.SetProcessPin(pool.At(i).ID)
+	}
+	deps := h.Deps(sec, clock, log)
+	deps.Refresher = newRefresher(a, st.Dir(), sec, func(id, reason string) error {
+		_, err := st.Flag(id, reason, false)
+		return err
+	})
+	deps.Pages = dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
+		Usage: dashboard.NewUsage(rotation.NewUsageTail(st.Dir()), 2*time.Second)})
 	srv, err := proxy.New(proxy.Config{
 		ClientKey:       key,
 		MaxBody:         o.maxBody,
@@ -155,16 +157,9 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		ResponseTimeout: o.respTimeout,
 		ChatGPTBase:     strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
 		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
-	}, proxy.Deps{
-		Selector: sel, Secrets: sec, Flagger: st, Usage: usage, Clock: clock, Log: log,
-		Refresher: newRefresher(a, st.Dir(), sec, func(id, reason string) error {
-			_, err := st.Flag(id, reason, false)
-			return err
-		}),
-		Pages: dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
-			Usage: dashboard.NewUsage(rotation.NewUsageTail(st.Dir()), 2*time.Second)}),
-	})
+	}, deps)
 	if err != nil {
+		usage.Close()
 		return nil, err
 	}
 	ln, err := proxy.Listen(o.host, o.port)
