@@ -270,7 +270,7 @@ func (d *Dashboard) events(ctx *fasthttp.RequestCtx) {
 			if !bytes.Equal(stripNow(snap), stripNow(last)) {
 				fmt.Fprintf(w, "data: %s\n\n", snap)
 				last, quiet = snap, 0
-			} else if quiet++; quiet*int(d.cfg.Tick) >= int(15*time.Second) {
+			} else if quiet++; time.Duration(quiet)*d.cfg.Tick >= keepAlive {
 				w.WriteString(": keep-alive\n\n")
 				quiet = 0
 			}
@@ -285,6 +285,10 @@ func (d *Dashboard) events(ctx *fasthttp.RequestCtx) {
 		}
 	})
 }
+
+// keepAlive is how long a stream may stay silent before a comment line
+// keeps proxies and browsers from closing it.
+const keepAlive = 15 * time.Second
 
 // stripNow drops the leading "now" member, which changes every tick.
 func stripNow(snap []byte) []byte {
