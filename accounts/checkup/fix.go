@@ -736,16 +736,15 @@ type leftoverTemp struct {
 // leftoverTemps lists the home's temp files older than TempFileAge; a
 // younger one may belong to a write in progress.
 func leftoverTemps(dir string, now time.Time) []leftoverTemp {
-	matches, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	matches, _ := filepath.Glob(filepath.Join(dir, home.TempPattern("*")))
 	var out []leftoverTemp
 	for _, m := range matches {
 		fi, err := os.Lstat(m)
 		if err != nil || !fi.Mode().IsRegular() || now.Sub(fi.ModTime()) < TempFileAge {
 			continue
 		}
-		name := filepath.Base(m)
-		out = append(out, leftoverTemp{name: name, age: now.Sub(fi.ModTime()),
-			secret: strings.HasPrefix(name, "."+home.SecretsFile+".tmp-")})
+		secret, _ := filepath.Match(home.TempPattern(home.SecretsFile), filepath.Base(m))
+		out = append(out, leftoverTemp{name: filepath.Base(m), age: now.Sub(fi.ModTime()), secret: secret})
 	}
 	return out
 }

@@ -43,6 +43,11 @@ func EnsureDir(dir string) error {
 	return nil
 }
 
+// TempPattern is the glob of the temp files WriteFile makes for the file
+// name: a writer killed mid-write leaves one behind. TempPattern("*")
+// matches them all.
+func TempPattern(name string) string { return "." + name + ".tmp-*" }
+
 // WriteFile replaces path with data atomically, with mode 0600.
 func WriteFile(path string, data []byte) error { return WriteFileMode(path, data, FileMode) }
 
@@ -51,7 +56,7 @@ func WriteFile(path string, data []byte) error { return WriteFileMode(path, data
 // crash leaves the old file or the new one, never a torn one.
 func WriteFileMode(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(dir, TempPattern(filepath.Base(path)))
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,6 @@ import (
 // fileVersion is the only secrets.json layout this package reads or writes.
 const fileVersion = 1
 
-// tmpPattern names the temp files of atomic writes; a crash can leave one
-// behind, and it holds secrets, so writers sweep them (see sweepTemps).
-const tmpPattern = "." + home.SecretsFile + ".tmp-*"
-
 // fileStore keeps every secret in dir/secrets.json:
 //
 //	{"version":1,"secrets":{"<id>":{...Secret}}}
@@ -231,7 +227,8 @@ func (s *fileStore) write(doc *fileDoc) (err error) {
 // sweepTemps removes temp files left by a writer that crashed mid-write.
 // The caller holds the exclusive lock, so no live writer owns one.
 func (s *fileStore) sweepTemps() {
-	matches, _ := filepath.Glob(filepath.Join(s.dir, tmpPattern))
+	// A crash mid-write leaves a temp file that holds secrets.
+	matches, _ := filepath.Glob(filepath.Join(s.dir, home.TempPattern(home.SecretsFile)))
 	for _, m := range matches {
 		os.Remove(m)
 	}
