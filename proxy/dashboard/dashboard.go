@@ -312,10 +312,10 @@ func (d *Dashboard) snapshot() []byte {
 	rows := d.cfg.Pool.Status()
 	v := d.cfg.Pool.View(rows)
 	cards := make([]card, len(rows))
-	labels := make(map[string]int, len(rows))
+	index := make(map[string]int, len(rows))
 	for i, r := range rows {
 		cards[i] = card{AccountView: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
-		labels[r.Account.ID] = r.Index
+		index[r.Account.ID] = r.Index
 	}
 	now := d.cfg.Clock.Now()
 	out := struct {
@@ -325,7 +325,7 @@ func (d *Dashboard) snapshot() []byte {
 		Next               rotation.PickView `json:"next"`
 		Accounts           []card            `json:"accounts"`
 		Usage              UsageView         `json:"usage"`
-	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, labels)}
+	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, index)}
 	b, err := json.Marshal(out)
 	if err != nil {
 		d.cfg.Log.Error().Err(err).Msg("dashboard snapshot")
