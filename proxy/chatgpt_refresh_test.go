@@ -55,7 +55,7 @@ func newChatGPTRefreshEnv(t *testing.T, accts []acct) *chatgptRefreshEnv {
 			}
 			return err
 		},
-		Now: time.Now,
+		Clock: rotation.SystemClock{},
 	}
 	e = startProxy(t, base.up, dir, peerConfig{seed: 3, refresher: ref})
 	return &chatgptRefreshEnv{env: e, auth: auth, sec: sec}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"net/http"
 	"slices"
@@ -303,7 +304,7 @@ func TestServerErrorCoolsDownAndRotates(t *testing.T) {
 }
 
 func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
-	clk := &skewClock{}
+	clk := rotationtest.Real()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "bad"}}).peer(withClock(clk))
 	e.up.Set("bad", upstreamtest.Behavior{Status: 500})
 	for i := 1; i <= 3; i++ {
@@ -321,7 +322,7 @@ func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 				t.Fatalf("after %d failures: state %q", i, s.State)
 			}
 			// Let the 4 s cooldown pass, well within the 60 s window.
-			clk.advance(rotation.ServerErrorCooldown + 500*time.Millisecond)
+			clk.Advance(rotation.ServerErrorCooldown + 500*time.Millisecond)
 			continue
 		}
 		if s.State != rotation.SkipCircuitOpen {
@@ -330,7 +331,7 @@ func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 		near(t, "circuit_open_until", e.state(1).CircuitOpenUntil, clk.Now().Add(rotation.CircuitOpen), time.Second)
 	}
 	// Past the cooldown but inside the open circuit: nothing is sent.
-	clk.advance(rotation.ServerErrorCooldown + time.Second)
+	clk.Advance(rotation.ServerErrorCooldown + time.Second)
 	resp := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, resp, 503, rerr.PoolExhausted)
 	if sr := skipReasons(t, got); sr["1"] != rotation.SkipCircuitOpen {
@@ -344,7 +345,7 @@ func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 		t.Errorf("an open circuit let a request through")
 	}
 	// Once the circuit closes, the account is tried again.
-	clk.advance(rotation.CircuitOpen)
+	clk.Advance(rotation.CircuitOpen)
 	e.up.Set("bad", upstreamtest.Behavior{})
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
 }

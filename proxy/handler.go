@@ -274,7 +274,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	if c != nil && s.deps.Usage != nil {
 		// Failed requests count too: "rotor report" shows errors by code.
 		rec := rotation.Usage{Time: s.deps.Clock.Now().UTC(), RequestID: rid, Model: c.model,
-			Status: r.Status, Code: spec.Code, DurMS: time.Since(c.start).Milliseconds()}
+			Status: r.Status, Code: spec.Code, DurMS: s.deps.Clock.Now().Sub(c.start).Milliseconds()}
 		if n := len(c.attempted); n > 0 {
 			rec.AccountID = c.attempted[n-1]
 		}
@@ -282,7 +282,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	}
 	if c != nil {
 		ev = ev.Str("model", c.model).Int("attempts", len(c.attempted)).
-			Int64("duration_ms", time.Since(c.start).Milliseconds())
+			Int64("duration_ms", s.deps.Clock.Now().Sub(c.start).Milliseconds())
 		if c.lastIndex > 0 {
 			ev = ev.Int("account", c.lastIndex)
 		}
@@ -361,7 +361,7 @@ func (c *call) skip(a *accounts.Account) string {
 const skipUnsupported = "unsupported-parameter"
 
 func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte) {
-	c := &call{s: s, ctx: ctx, rid: rid, op: o, body: body, start: time.Now()}
+	c := &call{s: s, ctx: ctx, rid: rid, op: o, body: body, start: s.deps.Clock.Now()}
 	// A compressed body (Content-Encoding) is forwarded as it came, with
 	// its header: rotor reads nothing in it and rewrites nothing.
 	c.encoded = len(ctx.Request.Header.ContentEncoding()) > 0 &&
@@ -468,7 +468,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 // clientLeft records a request whose client went away before its answer.
 func (s *Server) clientLeft(c *call) {
 	rec := rotation.Usage{Time: s.deps.Clock.Now().UTC(), RequestID: c.rid, Model: c.model,
-		Status: statusClientClosed, Code: codeClientClosed, DurMS: time.Since(c.start).Milliseconds()}
+		Status: statusClientClosed, Code: codeClientClosed, DurMS: s.deps.Clock.Now().Sub(c.start).Milliseconds()}
 	if n := len(c.attempted); n > 0 {
 		rec.AccountID = c.attempted[n-1]
 	}

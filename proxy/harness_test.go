@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"net"
 	"net/http"
@@ -39,18 +40,8 @@ type env struct {
 	base  string // http://127.0.0.1:P
 	pool  *accounts.Pool
 	usage *rotation.UsageLog
-	ticks chan time.Time // the watcher's ticks, given by hand (tickClock)
+	ticks *rotationtest.Clock // ticks the watcher by hand; nil when the test brought its own clock
 }
-
-// tickClock is the real clock whose tickers tick only when a test says
-// (env.tick): a watcher then looks at the home exactly when the test
-// wants, and no test waits for a real interval to pass.
-type tickClock struct {
-	rotation.SystemClock
-	ticks chan time.Time
-}
-
-func (c *tickClock) NewTicker(time.Duration) (<-chan time.Time, func()) { return c.ticks, func() {} }
 
 // tick makes e's watcher look at the home once, as one WatchInterval
 // passing would, and returns when that look is done: the second tick is
@@ -61,9 +52,7 @@ func (e *env) tick() {
 		e.t.Fatal("tick: this proxy's clock ticks by itself")
 	}
 	for range 2 {
-		select {
-		case e.ticks <- time.Now():
-		case <-time.After(5 * time.Second):
+		if !e.ticks.Tick(5 * time.Second) {
 			e.t.Fatal("the watcher took no tick within 5s")
 		}
 	}
@@ -134,10 +123,10 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 // selector and usage log. It is shut down when the test ends.
 func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
-	var ticks chan time.Time
+	var ticks *rotationtest.Clock
 	if pc.clock == nil {
-		ticks = make(chan time.Time)
-		pc.clock = &tickClock{ticks: ticks}
+		ticks = rotationtest.Real()
+		pc.clock = ticks
 	}
 	st, err := accounts.Open(dir)
 	if err != nil {

@@ -31,7 +31,7 @@ func OpenHome(st *accounts.Store, clock rotation.Clock, seed uint64) (h *Home, s
 	sel := rotation.NewSelector(rt, clock, seed)
 	sel.SetPool(pool)
 	stateErr = rt.Sync(nil)
-	usage, err := rotation.OpenUsageLog(st.Dir())
+	usage, err := rotation.OpenUsageLogWith(st.Dir(), rotation.UsageOptions{Clock: clock})
 	if err != nil {
 		return nil, stateErr, err
 	}

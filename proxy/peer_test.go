@@ -7,25 +7,12 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/rotation"
 )
-
-// skewClock is the real clock plus an offset the test moves forward, so a
-// test can let a cooldown pass without waiting for it while the network
-// keeps real time.
-type skewClock struct {
-	rotation.SystemClock
-	off atomic.Int64
-}
-
-func (c *skewClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
-
-func (c *skewClock) advance(d time.Duration) { c.off.Add(int64(d)) }
 
 type peerConfig struct {
 	clock     rotation.Clock

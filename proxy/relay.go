@@ -207,7 +207,7 @@ func (r *relay) readChat(p []byte) (int, error) {
 
 func (r *relay) observe(b []byte) {
 	if r.ttfb == 0 {
-		r.ttfb = time.Since(r.start)
+		r.ttfb = r.s.deps.Clock.Now().Sub(r.start)
 	}
 	if r.isJSON {
 		if len(r.json)+len(b) <= maxJSONUsage {
@@ -302,7 +302,7 @@ func (r *relay) CloseWithError(wErr error) error {
 	if r.failure != "" {
 		code = r.failure
 	}
-	dur := time.Since(r.start)
+	dur := r.s.deps.Clock.Now().Sub(r.start)
 	if r.s.deps.Usage != nil {
 		r.s.deps.Usage.Append(rotation.Usage{
 			Time: r.s.deps.Clock.Now().UTC(), RequestID: r.rid, AccountID: id, Model: r.model,

@@ -176,7 +176,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg:       cfg,
 		deps:      deps,
 		keyDigest: sha256.Sum256([]byte(cfg.ClientKey)),
-		secrets:   newSecretCache(deps.Secrets),
+		secrets:   newSecretCache(deps.Secrets, deps.Clock),
 		endpoints: newEndpoints(deps.Clock),
 	}
 	s.client = newUpstreamClient(&cfg)

@@ -480,8 +480,9 @@ func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 // keyring; an entry is read again once runtime state says another process
 // changed the account's tokens, or after a 401.
 type secretCache struct {
-	src SecretSource
-	mu  sync.Mutex
+	src   SecretSource
+	clock rotation.Clock // the one changedAt is told by
+	mu    sync.Mutex
 	m   map[string]cachedSecret
 }
 
@@ -490,8 +491,8 @@ type cachedSecret struct {
 	at  time.Time
 }
 
-func newSecretCache(src SecretSource) *secretCache {
-	return &secretCache{src: src, m: make(map[string]cachedSecret)}
+func newSecretCache(src SecretSource, clock rotation.Clock) *secretCache {
+	return &secretCache{src: src, clock: clock, m: make(map[string]cachedSecret)}
 }
 
 // secretTTL bounds how stale a cached secret may be, so tokens another
@@ -504,7 +505,7 @@ func (c *secretCache) get(id string, changedAt time.Time) (secrets.Secret, error
 	c.mu.Lock()
 	e, ok := c.m[id]
 	c.mu.Unlock()
-	if ok && time.Since(e.at) < secretTTL && !changedAt.After(e.at) {
+	if ok && c.clock.Now().Sub(e.at) < secretTTL && !changedAt.After(e.at) {
 		return e.sec, nil
 	}
 	sec, err := c.src.Get(id)
@@ -520,7 +521,7 @@ func (c *secretCache) put(id string, sec secrets.Secret) {
 	if len(c.m) > 10_000 {
 		clear(c.m) // bounded: a cache miss costs one backend read
 	}
-	c.m[id] = cachedSecret{sec: sec, at: time.Now()}
+	c.m[id] = cachedSecret{sec: sec, at: c.clock.Now()}
 	c.mu.Unlock()
 }
 

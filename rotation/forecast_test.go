@@ -1,32 +1,13 @@
 package rotation
 
 import (
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 )
-
-// fcClock is a settable clock for the forecast and usage tests.
-type fcClock struct {
-	SystemClock // tickers; these tests run no watcher
-	mu          sync.Mutex
-	t           time.Time
-}
-
-func (c *fcClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fcClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // fcPool builds a pool of n enabled API-key accounts with ids a1..an.
 func fcPool(n int) *accounts.Pool {
@@ -38,9 +19,9 @@ func fcPool(n int) *accounts.Pool {
 	return p
 }
 
-func fcSelector(t *testing.T, p *accounts.Pool) (*Selector, *Runtime, *fcClock) {
+func fcSelector(t *testing.T, p *accounts.Pool) (*Selector, *Runtime, *rotationtest.Clock) {
 	t.Helper()
-	clock := &fcClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := rotationtest.Frozen(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	rt := NewRuntime(t.TempDir(), clock)
 	sel := NewSelector(rt, clock, 7)
 	sel.SetPool(p)
@@ -106,7 +87,7 @@ func TestForecastVerdictsWaitsAndRisk(t *testing.T) {
 	}
 
 	// Deadlines pass: the delays end by themselves.
-	clock.add(3 * time.Hour)
+	clock.Advance(3 * time.Hour)
 	fc = sel.Forecast()
 	for _, i := range []int{3, 4, 5} {
 		if f := fc.Accounts[i]; f.Verdict != ForecastReady {
@@ -118,14 +99,14 @@ func TestForecastVerdictsWaitsAndRisk(t *testing.T) {
 func TestForecastRecentFailuresAndCircuit(t *testing.T) {
 	sel, rt, clock := fcSelector(t, fcPool(2))
 	rt.Failure("a1", CooldownNetworkError, NetworkErrorCooldown)
-	clock.add(time.Second) // failures at one instant count once
+	clock.Advance(time.Second) // failures at one instant count once
 	rt.Failure("a1", CooldownNetworkError, NetworkErrorCooldown)
 	fc := sel.Forecast()
 	f := fc.Accounts[0]
 	if f.RecentFailures != 2 || f.Risk != 35+20 {
 		t.Errorf("two failures: recent %d risk %d %v, want 2 and 55", f.RecentFailures, f.Risk, f.RiskFactors)
 	}
-	clock.add(time.Second)
+	clock.Advance(time.Second)
 	rt.Failure("a1", CooldownNetworkError, NetworkErrorCooldown) // third: the circuit opens
 	f = sel.Forecast().Accounts[0]
 	if f.State != SkipCircuitOpen || f.Verdict != ForecastDelayed || f.Wait != CircuitOpen {

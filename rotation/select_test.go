@@ -3,11 +3,11 @@ package rotation
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,34 +18,16 @@ import (
 // Unit tests of selection (SPEC §4 Selection) with a fake clock and an
 // in-memory pool: no network, no sleeping.
 
-// fakeClock is a clock the test moves by hand. It starts at a fixed instant
-// in the past, so nothing may depend on the real time.
-type fakeClock struct {
-	SystemClock // tickers; these tests run no watcher
-	mu          sync.Mutex
-	t           time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+// newFakeClock is a clock the test moves by hand. It starts at a fixed
+// instant in the past, so nothing may depend on the real time.
+func newFakeClock() *rotationtest.Clock {
+	return rotationtest.Frozen(time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC))
 }
 
 // fixture is a selector over n enabled API-key accounts.
 type fixture struct {
 	t     *testing.T
-	clk   *fakeClock
+	clk   *rotationtest.Clock
 	rt    *Runtime
 	sel   *Selector
 	pool  *accounts.Pool

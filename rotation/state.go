@@ -12,7 +12,12 @@ import (
 
 // Clock is rotor's one source of time: the present, and tickers. Code
 // takes it as a dependency (never time.Now or time.NewTicker directly for
-// what it decides), so tests inject a clock they move, or tick, by hand.
+// what it decides or records), so tests inject a clock they move, or
+// tick, by hand (rotation/rotationtest). Packages below rotation declare
+// the Now half they read (oauth.Clock, checkup.Clock) and are given the
+// same clock. Only deadlines that bound a real wait (a socket read, a lock
+// poll) read the system time directly: a test clock cannot make the OS
+// wait less.
 type Clock interface {
 	Now() time.Time
 	// NewTicker delivers a tick every d on c until stop is called.

@@ -80,6 +80,8 @@ type UsageOptions struct {
 	// rotated the file under its O_APPEND descriptor.
 	CheckEvery    int
 	CheckInterval time.Duration
+	// Clock times CheckInterval (default SystemClock).
+	Clock Clock
 }
 
 // UsageLog appends usage records to usage.jsonl. Each record is one write
@@ -118,6 +120,9 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultUsageMaxBytes
 	}
+	if opt.Clock == nil {
+		opt.Clock = SystemClock{}
+	}
 	if opt.CheckEvery <= 0 {
 		opt.CheckEvery = DefaultUsageCheckEvery
 	}
@@ -133,7 +138,7 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 	if err := u.reopen(); err != nil {
 		return nil, err
 	}
-	u.checked = time.Now()
+	u.checked = opt.Clock.Now()
 	return u, nil
 }
 
@@ -183,7 +188,7 @@ func (u *UsageLog) Append(rec Usage) {
 		return
 	}
 	line = append(line, '\n')
-	now := time.Now()
+	now := u.opt.Clock.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {

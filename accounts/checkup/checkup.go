@@ -72,8 +72,8 @@ type Deps struct {
 	// so a probe is what the proxy would send). May be nil: accounts are
 	// then refreshed but not probed, and stay flagged.
 	Prober Prober
-	// Now tells the time (default time.Now).
-	Now func() time.Time
+	// Clock tells the time: rotor's one clock (default: the system's).
+	Clock Clock
 	// Alive reports whether process pid runs (default: signal 0).
 	Alive func(pid int) bool
 	// Time limits; zero takes the Default* values.
@@ -105,6 +105,13 @@ type Prober interface {
 	ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error)
 }
 
+// Clock is the part of rotor's clock (rotation.Clock) a checkup reads.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
 // Checkup diagnoses and repairs one rotor home.
 type Checkup struct {
 	d Deps
@@ -115,8 +122,8 @@ func New(d Deps) *Checkup {
 	if d.HTTP == nil {
 		d.HTTP = &http.Client{}
 	}
-	if d.Now == nil {
-		d.Now = time.Now
+	if d.Clock == nil {
+		d.Clock = systemClock{}
 	}
 	if d.Alive == nil {
 		d.Alive = home.ProcessAlive

@@ -95,7 +95,7 @@ var doctorChecks = []struct {
 
 // Doctor runs every check. It changes nothing on disk.
 func (c *Checkup) Doctor(ctx context.Context) DoctorResult {
-	r := &doctorRun{c: c, ctx: ctx, now: c.d.Now()}
+	r := &doctorRun{c: c, ctx: ctx, now: c.d.Clock.Now()}
 	if fi, err := os.Stat(c.d.Dir); err != nil {
 		r.homeErr = err
 	} else if !fi.IsDir() {

@@ -150,7 +150,7 @@ var fixSteps = []struct {
 
 // Fix repairs what it can and lists every change, as o allows.
 func (c *Checkup) Fix(ctx context.Context, o FixOptions) FixResult {
-	f := &fixRun{c: c, ctx: ctx, dry: o.DryRun, prune: o.PruneSecrets, now: c.d.Now()}
+	f := &fixRun{c: c, ctx: ctx, dry: o.DryRun, prune: o.PruneSecrets, now: c.d.Clock.Now()}
 	if fi, err := os.Stat(c.d.Dir); err != nil || !fi.IsDir() {
 		return FixResult{DryRun: o.DryRun} // no home: nothing to repair
 	}

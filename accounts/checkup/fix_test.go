@@ -3,6 +3,7 @@ package checkup_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,7 +319,7 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	h.writeFile("accounts.json.corrupt-20260301T120000Z", "earlier", 0o600)
 	h.writeFile(home.AccountsFile, "{later", 0o600)
-	res := h.checkup(func(d *checkup.Deps) { d.Now = func() time.Time { return at } }).Fix(context.Background(), checkup.FixOptions{})
+	res := h.checkup(func(d *checkup.Deps) { d.Clock = rotationtest.Frozen(at) }).Fix(context.Background(), checkup.FixOptions{})
 	if a := action(res, checkup.ActionRestoreStore, ""); a == nil || a.Status != checkup.ActionDone ||
 		!strings.Contains(a.Detail, "accounts.json.corrupt-20260301T120000Z-1") {
 		t.Fatalf("restore: %+v", res.Actions)

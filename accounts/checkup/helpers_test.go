@@ -2,6 +2,7 @@ package checkup_test
 
 import (
 	"encoding/json"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"maps"
 	"net/http"
@@ -60,7 +61,7 @@ func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
 		SecretsMode: secrets.ModeFile,
 		Runtime:     rotation.NewRuntime(h.dir, rotation.SystemClock{}),
 		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.srv.URL), Secrets: h.sec, Dir: h.dir,
-			Now: time.Now},
+			Clock: rotationtest.Real()},
 		Prober: proxy.Prober{ChatGPTBase: h.up.ChatGPTBase(), OpenAIBase: h.up.OpenAIBase()},
 		Alive:  func(pid int) bool { return pid == os.Getpid() },
 	}

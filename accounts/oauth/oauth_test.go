@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"net"
 	"net/http"
@@ -667,7 +668,7 @@ func (e *refreshEnv) refresher(t *testing.T, flag func(id, reason string) error)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &oauth.Refresher{Client: oauth.NewClient(e.auth.URL()), Secrets: st, Dir: e.dir, Flag: flag, Now: time.Now}
+	return &oauth.Refresher{Client: oauth.NewClient(e.auth.URL()), Secrets: st, Dir: e.dir, Flag: flag, Clock: rotationtest.Real()}
 }
 
 func (e *refreshEnv) stored(t *testing.T) secrets.Secret {

@@ -33,11 +33,16 @@ type Refresher struct {
 	Dir string
 	// Flag marks an account whose refresh token is dead (may be nil).
 	Flag func(id, reason string) error
-	Now  func() time.Time
+	// Clock tells the time: rotor's one clock, so a test that moves it
+	// moves token expiry with everything else.
+	Clock Clock
 	// LinkError is told when a linked Codex auth.json could not be read
 	// or written back (may be nil). The refresh itself still counts.
 	LinkError func(a accounts.Account, err error)
 }
+
+// Clock is the part of rotor's clock (rotation.Clock) the refresher reads.
+type Clock interface{ Now() time.Time }
 
 // Refresh returns fresh tokens for a, whose request just failed (or was
 // about to) with the tokens in stale.
@@ -51,7 +56,7 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 	if err != nil {
 		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
 	}
-	now := r.Now()
+	now := r.Clock.Now()
 	if adopted, ok := r.adoptCodex(a, cur); ok {
 		cur = adopted
 	}

@@ -121,7 +121,7 @@ func cmdImport(a *app, args []string) error {
 	}
 	acct, idx, created, err := saveChatGPT(st, sec, id, secrets.Secret{
 		AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
-	}, *label, func(acct *accounts.Account) { acct.CodexAuthFile = link })
+	}, *label, a.now(), func(acct *accounts.Account) { acct.CodexAuthFile = link })
 	if err != nil {
 		return err
 	}
@@ -141,9 +141,9 @@ func cmdImport(a *app, args []string) error {
 // re-import of an old file must not bring back a spent refresh token).
 // edit, if not nil, adjusts the account. The secret is stored under the
 // store lock, so the account never appears without it.
-func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string, edit func(*accounts.Account)) (acct accounts.Account, idx int, created bool, err error) {
+func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string, now time.Time, edit func(*accounts.Account)) (acct accounts.Account, idx int, created bool, err error) {
 	_, err = st.Update(func(p *accounts.Pool) error {
-		idx, created = p.UpsertChatGPT(id, label, time.Now())
+		idx, created = p.UpsertChatGPT(id, label, now)
 		if edit != nil {
 			edit(p.At(idx))
 		}

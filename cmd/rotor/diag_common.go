@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -41,7 +40,7 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		HTTP:        a.client(),
 		Prober: proxy.Prober{ChatGPTBase: strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
 			OpenAIBase: strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")},
-		Now: time.Now,
+		Clock: a.clockOrSystem(),
 	}
 	if sec != nil {
 		d.Refresher = newRefresher(a, dir, sec, nil)

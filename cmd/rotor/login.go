@@ -59,7 +59,7 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
 	}
-	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, a.now()), label, nil)
+	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, a.now()), label, a.now(), nil)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func newRefresher(a *app, dir string, sec secrets.Store, flag func(id, reason st
 		LinkError: func(acct accounts.Account, err error) {
 			fmt.Fprintf(a.stderr, "rotor: warning: account %s: its linked Codex CLI login %s: %v\n", acct.Label, acct.CodexAuthFile, err)
 		},
-		Flag: flag,
-		Now:  a.now,
+		Flag:  flag,
+		Clock: a.clockOrSystem(),
 	}
 }

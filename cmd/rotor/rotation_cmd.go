@@ -50,14 +50,14 @@ func cmdRotation(a *app, args []string) error {
 	for _, r := range rows {
 		p, s := windows(r.Quota)
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r)), r.Account.Label, r.Health,
-			pal.window(p, now), pal.window(s, now), ago(r.LastUsed))
+			pal.window(p, now), pal.window(s, now), ago(r.LastUsed, now))
 	}
 	return tw.Flush()
 }
 
-func ago(t time.Time) string {
+func ago(t, now time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	return accounts.HumanDuration(time.Since(t)) + " ago"
+	return accounts.HumanDuration(now.Sub(t)) + " ago"
 }

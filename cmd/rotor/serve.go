@@ -258,7 +258,7 @@ func cmdServe(a *app, args []string) error {
 		return err
 	}
 	pid := os.Getpid()
-	if err := home.WriteInfo(r.home, home.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: time.Now().UTC()}); err != nil {
+	if err := home.WriteInfo(r.home, home.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: a.now().UTC()}); err != nil {
 		r.stop()
 		return err
 	}
