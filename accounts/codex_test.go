@@ -34,6 +34,7 @@ func fixture(t *testing.T, name string) string {
 }
 
 func TestParseJWTFixtures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		file string
 		want Identity
@@ -56,6 +57,7 @@ func TestParseJWTFixtures(t *testing.T) {
 }
 
 func TestParseJWT(t *testing.T) {
+	t.Parallel()
 	tok := makeJWT(t, map[string]any{
 		"email": "bob@example.com",
 		"https://api.openai.com/auth": map[string]any{
@@ -99,6 +101,7 @@ func writeAuth(t *testing.T, dir string, v any) string {
 }
 
 func TestReadCodexAuth(t *testing.T) {
+	t.Parallel()
 	idt, at := fixture(t, "id_token.jwt"), fixture(t, "access_token.jwt")
 	ct, err := ReadCodexAuth(filepath.Join(jwtDir, "codex_auth.json"))
 	if err != nil {
@@ -142,6 +145,7 @@ func TestReadCodexAuth(t *testing.T) {
 }
 
 func TestReadCodexAuthErrors(t *testing.T) {
+	t.Parallel()
 	const secret = "sk-secret-value-never-printed"
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -173,6 +177,7 @@ func TestReadCodexAuthErrors(t *testing.T) {
 }
 
 func TestCodexAuthPath(t *testing.T) {
+	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	if got := CodexAuthPath(env(map[string]string{"CODEX_HOME": "/c"})); got != "/c/auth.json" {
 		t.Errorf("with CODEX_HOME: %q", got)
@@ -185,6 +190,7 @@ func TestCodexAuthPath(t *testing.T) {
 }
 
 func TestUpsertChatGPT(t *testing.T) {
+	t.Parallel()
 	p := &Pool{Version: 1, Accounts: []Account{}}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	p.AddAPIKey("key", "", now)
@@ -231,6 +237,7 @@ func TestUpsertChatGPT(t *testing.T) {
 }
 
 func TestAddAPIKey(t *testing.T) {
+	t.Parallel()
 	p := &Pool{Version: 1}
 	now := time.Now()
 	i := p.AddAPIKey("work", "http://127.0.0.1:1/v1", now)

@@ -24,6 +24,7 @@ const writerEnv = "ROTOR_TEST_STORE_WRITER_DIR"
 // "writing" on stdout after its first update. It exits by itself after 30 s
 // so that a child nobody kills cannot outlive the test run.
 func TestHelperStoreWriter(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv(writerEnv)
 	if dir == "" {
 		t.Skip("helper process for TestKillDuringUpdate")
@@ -66,6 +67,7 @@ func TestHelperStoreWriter(t *testing.T) {
 // and the only other files are the lock and hidden temp files, which the
 // store never reads.
 func TestKillDuringUpdate(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("spawns 30 processes")
 	}

@@ -57,6 +57,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 }
 
 func TestOpenMakesHome0700(t *testing.T) {
+	t.Parallel()
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "a", "rotor")
 	if _, err := Open(dir); err != nil {
@@ -91,6 +92,7 @@ func TestOpenMakesHome0700(t *testing.T) {
 }
 
 func TestLoadMissingIsEmptyPool(t *testing.T) {
+	t.Parallel()
 	st := openStore(t)
 	p, err := st.Load()
 	if err != nil {
@@ -105,6 +107,7 @@ func TestLoadMissingIsEmptyPool(t *testing.T) {
 }
 
 func TestUpdateWritesPrivateFiles(t *testing.T) {
+	t.Parallel()
 	st := openStore(t)
 	for i := range 5 {
 		if _, err := st.Update(func(p *Pool) error {
@@ -136,6 +139,7 @@ func TestUpdateWritesPrivateFiles(t *testing.T) {
 }
 
 func TestUpdateKeepsThreeBackupsNewestFirst(t *testing.T) {
+	t.Parallel()
 	st := openStore(t)
 	var versions [][]byte // versions[i] is accounts.json after update i
 	for i := range 6 {
@@ -170,6 +174,7 @@ func TestUpdateKeepsThreeBackupsNewestFirst(t *testing.T) {
 }
 
 func TestUpdateErrorWritesNothing(t *testing.T) {
+	t.Parallel()
 	st := openStore(t)
 	for range 2 {
 		if _, err := st.Update(func(p *Pool) error { p.AddAPIKey("", "", time.Now()); return nil }); err != nil {
@@ -206,6 +211,7 @@ func mapsEqual(a, b map[string]string) bool {
 // or parsed makes Load and Update fail with STORAGE_UNREADABLE, naming the
 // file and "rotor fix", and that neither the file nor its backups change.
 func TestUnreadableStoreNeverOverwritten(t *testing.T) {
+	t.Parallel()
 	const valid = `{"version":1,"accounts":[{"id":"acct_1","label":"a","kind":"api-key","enabled":true}],"pinned_account_id":null,"affinity_generation":0}`
 	cases := []struct {
 		name    string
@@ -302,6 +308,7 @@ func TestUnreadableStoreNeverOverwritten(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	good := `{
   "version": 1,
   "accounts": [
@@ -348,6 +355,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestPoolPinFollowsAccount(t *testing.T) {
+	t.Parallel()
 	p := &Pool{Version: 1}
 	now := time.Now()
 	for _, l := range []string{"a", "b", "c"} {
@@ -373,6 +381,7 @@ func TestPoolPinFollowsAccount(t *testing.T) {
 }
 
 func TestParseIndex(t *testing.T) {
+	t.Parallel()
 	p := &Pool{Version: 1}
 	p.AddAPIKey("a", "", time.Now())
 	p.AddAPIKey("b", "", time.Now())
@@ -393,6 +402,7 @@ func TestParseIndex(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	p := &Pool{Version: 1}
 	now := time.Now()
 	p.AddAPIKey("work", "", now)
@@ -420,6 +430,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestHomeDir(t *testing.T) {
+	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	abs := t.TempDir()
 	if got, _ := HomeDir(env(map[string]string{"ROTOR_HOME": abs, "XDG_CONFIG_HOME": "/x"})); got != abs {
@@ -440,6 +451,7 @@ func TestHomeDir(t *testing.T) {
 // ROTOR_HOME/.lock: while another holder has it, Update waits, gives up after
 // LockTimeout and writes nothing.
 func TestUpdateHoldsLock(t *testing.T) {
+	t.Parallel()
 	st := openStore(t)
 	if _, err := st.Update(func(p *Pool) error { p.AddAPIKey("a", "", time.Now()); return nil }); err != nil {
 		t.Fatal(err)
@@ -468,6 +480,7 @@ func TestUpdateHoldsLock(t *testing.T) {
 }
 
 func TestFlag(t *testing.T) {
+	t.Parallel()
 	st := openStore(t)
 	p, err := st.Update(func(p *Pool) error { p.AddAPIKey("a", "", time.Now()); return nil })
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestTypedErrors(t *testing.T) {
+	t.Parallel()
 	cause := errors.New("cause")
 	for _, tc := range []struct {
 		name      string
@@ -53,6 +54,7 @@ func TestTypedErrors(t *testing.T) {
 }
 
 func TestStorageUnreadable(t *testing.T) {
+	t.Parallel()
 	const path = "/home/u/.config/rotor/accounts.json"
 	e := StorageUnreadable(path, fs.ErrPermission)
 	if CodeStorageUnreadable != "STORAGE_UNREADABLE" || e.Code != CodeStorageUnreadable || e.Path != path || e.Retryable {

@@ -32,6 +32,7 @@ var (
 )
 
 func TestTableMatchesSpec(t *testing.T) {
+	t.Parallel()
 	for _, want := range specTable {
 		got, ok := Lookup(want.Code)
 		if !ok {
@@ -64,6 +65,7 @@ func TestTableMatchesSpec(t *testing.T) {
 }
 
 func TestRetryableOnlyForRateLimitTimeoutTransient(t *testing.T) {
+	t.Parallel()
 	for _, c := range categories {
 		want := c == "rate_limit_error" || c == "timeout_error" || c == "transient_error"
 		if got := (HTTPCode{Category: c}).Retryable(); got != want {
@@ -97,6 +99,7 @@ func decode(t *testing.T, body []byte) map[string]any {
 }
 
 func TestBuildEveryRow(t *testing.T) {
+	t.Parallel()
 	for _, row := range Table {
 		r := Build(Spec{Code: row.Code, Message: "m", RequestID: "req_1"})
 		if r.Status != row.Status {
@@ -122,6 +125,7 @@ func TestBuildEveryRow(t *testing.T) {
 }
 
 func TestBuildFieldOrderAndDefaults(t *testing.T) {
+	t.Parallel()
 	r := Build(Spec{Code: ProxyNotFound})
 	want := `{"error":{"message":"runtime_rotation_proxy_not_found","type":"not_found_error","code":"runtime_rotation_proxy_not_found","request_id":"","category":"configuration_error","retryable":false}}`
 	if string(r.Body) != want {
@@ -130,6 +134,7 @@ func TestBuildFieldOrderAndDefaults(t *testing.T) {
 }
 
 func TestBuildEscapesMessage(t *testing.T) {
+	t.Parallel()
 	msg := "quote \" backslash \\ newline \n tab \t <html> & \u2028 é \x01"
 	e := decode(t, Build(Spec{Code: ProxyError, Message: msg}).Body)
 	if e["message"] != msg {
@@ -138,6 +143,7 @@ func TestBuildEscapesMessage(t *testing.T) {
 }
 
 func TestBuildPoolExhaustedByRateLimits(t *testing.T) {
+	t.Parallel()
 	resets := time.Unix(1767229200, 0)
 	r := Build(Spec{
 		Code: PoolExhausted, Status: 429, Type: TypeUsageLimit, Category: CategoryRateLimit,
@@ -187,6 +193,7 @@ func TestBuildPoolExhaustedByRateLimits(t *testing.T) {
 }
 
 func TestBuildInvalidExtraStaysValid(t *testing.T) {
+	t.Parallel()
 	r := Build(Spec{Code: ProxyError, Extra: []Field{
 		{"bad_raw", json.RawMessage(`{not json`)},
 		{"func", func() {}},
@@ -201,6 +208,7 @@ func TestBuildInvalidExtraStaysValid(t *testing.T) {
 }
 
 func TestRetryAfterHeaders(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		d       time.Duration
 		ms, sec string
@@ -223,6 +231,7 @@ func TestRetryAfterHeaders(t *testing.T) {
 }
 
 func TestRowForStatus(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		status        int
 		typ, category string

@@ -80,6 +80,7 @@ func chatgptExpectOK(t *testing.T, resp *http.Response) {
 }
 
 func TestChatGPTRefreshAfter401RetriesSameAccount(t *testing.T) {
+	t.Parallel()
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
 	e.auth.AddRefreshToken("r-c1")
@@ -114,6 +115,7 @@ func TestChatGPTRefreshAfter401RetriesSameAccount(t *testing.T) {
 }
 
 func TestChatGPTRefreshBeforeExpiry(t *testing.T) {
+	t.Parallel()
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	if err := e.sec.Set(e.id(1), secrets.Secret{AccessToken: "c1", RefreshToken: "r-c1", ExpiresAt: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
@@ -129,6 +131,7 @@ func TestChatGPTRefreshBeforeExpiry(t *testing.T) {
 }
 
 func TestChatGPTDeadRefreshTokenFlagsAndRotates(t *testing.T) {
+	t.Parallel()
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
 	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
 	// r-c1 was never issued by the fake: invalid_grant.
@@ -156,6 +159,7 @@ func TestChatGPTDeadRefreshTokenFlagsAndRotates(t *testing.T) {
 }
 
 func TestChatGPTRefreshServerErrorCoolsDownWithoutFlag(t *testing.T) {
+	t.Parallel()
 	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
 	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
 	e.auth.AddRefreshToken("r-c1")

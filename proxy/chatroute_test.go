@@ -82,6 +82,7 @@ func chatContent(chunks []string) string {
 }
 
 func TestChatStreamOnChatGPTAccountIsTranslated(t *testing.T) {
+	t.Parallel()
 	for _, fx := range []string{"hello.sse", "tool_call.sse", "parallel_tool_calls.sse", "reasoning_summary.sse", "incomplete_max_tokens.sse", "rate_limits_first.sse"} {
 		t.Run(fx, func(t *testing.T) {
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
@@ -112,6 +113,7 @@ func TestChatStreamOnChatGPTAccountIsTranslated(t *testing.T) {
 }
 
 func TestChatStreamFinishReasonsAndUsageChunk(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"hello.sse":                 `"finish_reason":"stop"`,
 		"tool_call.sse":             `"finish_reason":"tool_calls"`,
@@ -141,6 +143,7 @@ func TestChatStreamFinishReasonsAndUsageChunk(t *testing.T) {
 }
 
 func TestChatUpstreamGetsOneResponsesRequest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	body := `{"model":"gpt-5","stream":true,"temperature":0.2,"max_tokens":100,"user":"u1",` +
 		`"reasoning_effort":"high","response_format":{"type":"json_object"},` +
@@ -181,6 +184,7 @@ func TestChatUpstreamGetsOneResponsesRequest(t *testing.T) {
 }
 
 func TestChatNonStreamOnChatGPTAccountIsOneCompletion(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	resp := e.do("POST", "/v1/chat/completions", chatPlainBody)
 	body := readAll(t, resp)
@@ -217,6 +221,7 @@ func TestChatNonStreamOnChatGPTAccountIsOneCompletion(t *testing.T) {
 }
 
 func TestChatOnAPIKeyAccountIsForwardedByteForByte(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
 	for _, body := range []string{chatStreamBody, chatPlainBody} {
 		resp := e.do("POST", "/v1/chat/completions", body)
@@ -266,6 +271,7 @@ func TestChatStreamIsTranslatedAsItArrives(t *testing.T) {
 }
 
 func TestChatFailureAfterFirstByteEndsWithAnErrorChunk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	e.up.Set("cg", upstreamtest.Behavior{Stream: "failed_after_output.sse"})
 	got := chatData(t, e.do("POST", "/v1/chat/completions", chatStreamBody).Body)
@@ -289,6 +295,7 @@ func TestChatFailureAfterFirstByteEndsWithAnErrorChunk(t *testing.T) {
 }
 
 func TestChatFailoverIsTheResponsesFailover(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		bad  upstreamtest.Behavior
@@ -340,6 +347,7 @@ func TestChatFailoverIsTheResponsesFailover(t *testing.T) {
 }
 
 func TestChatParametersOnlyAnAPIKeyCanServe(t *testing.T) {
+	t.Parallel()
 	body := `{"model":"gpt-5","n":2,"messages":[{"role":"user","content":"hi"}]}`
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	got := expectError(t, e.do("POST", "/v1/chat/completions", body), 400, rerr.UnsupportedParameter)
@@ -359,6 +367,7 @@ func TestChatParametersOnlyAnAPIKeyCanServe(t *testing.T) {
 }
 
 func TestModelsForGenericClientsAndCodex(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	resp := e.do("GET", "/v1/models", "")
 	body := readAll(t, resp)
@@ -398,6 +407,7 @@ func TestModelsForGenericClientsAndCodex(t *testing.T) {
 
 // An unknown caller still learns nothing on the new route.
 func TestChatRouteIsGuarded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	req, _ := http.NewRequest("POST", e.base+"/v1/chat/completions", strings.NewReader(chatStreamBody))
 	resp, err := testClient.Do(req)

@@ -14,6 +14,7 @@ import (
 // The headers Codex CLI sends with a turn reach a ChatGPT upstream, and the
 // ones it reads come back, on the wire (SPEC §9).
 func TestCodexHeadersPassBothWays(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
 	sent := map[string]string{
 		"x-codex-turn-state":      "turn-state-abc",
@@ -67,6 +68,7 @@ func TestCodexHeadersPassBothWays(t *testing.T) {
 // headers of the account that resets first, so Codex shows its own limit
 // banner with real numbers.
 func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "late"}, {accounts.KindChatGPT, "soon"}})
 	limit := func(used, weekly string) map[string]string {
 		return map[string]string{
@@ -107,6 +109,7 @@ func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
 // Headers a Connection header names are hop-by-hop (RFC 9110 §7.6.1):
 // dropped in both directions, as httputil.ReverseProxy does.
 func TestConnectionNamedHeadersStopAtTheProxy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k"}})
 	e.up.Set("k", upstreamtest.Behavior{Headers: map[string]string{
 		"Connection": "x-up-hop", "x-up-hop": "secret-of-the-hop", "x-up-kept": "1"}})

@@ -119,6 +119,7 @@ func compatUpstreamJSON(t *testing.T, body []byte) map[string]json.RawMessage {
 }
 
 func TestCompatNonStreamingClientGetsOneResponseObject(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, body string }{
 		{"stream omitted", `{"model":"gpt-5","input":"hi","max_output_tokens":256,"temperature":0.2,"top_p":0.9}`},
 		{"stream false", `{"model":"gpt-5","stream":false,"input":"hi","store":true,"max_output_tokens":256,"temperature":0.2,"top_p":0.9,"frequency_penalty":0,"presence_penalty":0,"max_tokens":10}`},
@@ -190,6 +191,7 @@ func waitCompatUsage(t *testing.T, e *env, n int) []rotation.Usage {
 }
 
 func TestCompatKeepsClientInstructions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5","instructions":"Be brief.","input":"hi","temperature":1}`)
 	compatCheckHello(t, compatDecodeResponse(t, []byte(readAll(t, resp))))
@@ -203,6 +205,7 @@ func TestCompatKeepsClientInstructions(t *testing.T) {
 }
 
 func TestCompatStreamingClientWithoutStoreStillStreams(t *testing.T) {
+	t.Parallel()
 	// A generic client that streams but omits store/instructions: the body
 	// is fixed, the answer stays a stream.
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
@@ -225,6 +228,7 @@ func TestCompatStreamingClientWithoutStoreStillStreams(t *testing.T) {
 }
 
 func TestCompatCodexRequestPassesByteForByte(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	// Odd spacing, key order, escapes and HTML-ish text: any re-encoding
 	// would change at least one of them.
@@ -246,6 +250,7 @@ func TestCompatCodexRequestPassesByteForByte(t *testing.T) {
 }
 
 func TestCompatAPIKeyAccountIsNotRewritten(t *testing.T) {
+	t.Parallel()
 	// The rewrite is for ChatGPT accounts only: an API-key account gets the
 	// generic client's body as is.
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
@@ -258,6 +263,7 @@ func TestCompatAPIKeyAccountIsNotRewritten(t *testing.T) {
 }
 
 func TestChatGPTBody(t *testing.T) {
+	t.Parallel()
 	codex := []byte(`{"model":"gpt-5-codex","instructions":"x","input":[],"store":false,"stream":true}`)
 	out, assemble, err := chatgptRewrite(codex)
 	if err != nil || assemble || &out[0] != &codex[0] || len(out) != len(codex) {
@@ -336,6 +342,7 @@ func TestChatGPTBody(t *testing.T) {
 }
 
 func TestCompatBodyThatIsNotAnObject(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	resp := e.do("POST", "/v1/responses", `["not","an","object"]`)
 	if resp.StatusCode != 400 {
@@ -351,6 +358,7 @@ func TestCompatBodyThatIsNotAnObject(t *testing.T) {
 }
 
 func TestAssembleResponseHello(t *testing.T) {
+	t.Parallel()
 	raw := compatFixture(t, "sse/hello.sse")
 	for name, r := range map[string]io.Reader{
 		"whole":        bytes.NewReader(raw),
@@ -372,6 +380,7 @@ func TestAssembleResponseHello(t *testing.T) {
 }
 
 func TestAssembleResponseToolCall(t *testing.T) {
+	t.Parallel()
 	body, failure, err := assemble(bytes.NewReader(compatFixture(t, "sse/tool_call.sse")), &responseAssembler{})
 	if err != nil || failure != "" {
 		t.Fatalf("failure %q err %v", failure, err)
@@ -390,6 +399,7 @@ func TestAssembleResponseToolCall(t *testing.T) {
 }
 
 func TestAssembleResponseFillsEmptyOutput(t *testing.T) {
+	t.Parallel()
 	// Some backends leave response.completed's output empty: the finished
 	// items of the stream fill it.
 	raw := compatFixture(t, "sse/hello.sse")
@@ -407,6 +417,7 @@ func TestAssembleResponseFillsEmptyOutput(t *testing.T) {
 }
 
 func TestAssembleResponseFailures(t *testing.T) {
+	t.Parallel()
 	body, failure, err := assemble(bytes.NewReader(compatFixture(t, "sse/failed_overloaded.sse")), &responseAssembler{})
 	if err != nil || body != nil || failure != "server_is_overloaded" {
 		t.Errorf("failed stream: body %q failure %q err %v", body, failure, err)
@@ -424,6 +435,7 @@ func TestAssembleResponseFailures(t *testing.T) {
 }
 
 func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fixture, failure string
 		held             []string // event types in the held-back bytes
@@ -450,6 +462,7 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 }
 
 func TestHoldBackFailedStreamFailsOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
 	e.up.Set("c1", upstreamtest.Behavior{Stream: "failed_overloaded.sse"})
 	compatPrefer(e, 1)
@@ -489,6 +502,7 @@ func TestHoldBackFailedStreamFailsOver(t *testing.T) {
 }
 
 func TestHoldBackFailedStreamFailsOverForNonStreamingClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
 	e.up.Set("c1", upstreamtest.Behavior{Stream: "failed_overloaded.sse"})
 	compatPrefer(e, 1)
@@ -506,6 +520,7 @@ func TestHoldBackFailedStreamFailsOverForNonStreamingClient(t *testing.T) {
 }
 
 func TestHoldBackOnlyAccountFailingAtOnceIsAnError(t *testing.T) {
+	t.Parallel()
 	// No one to fail over to: the client gets a proxy error, not a 200
 	// carrying response.failed.
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
@@ -523,6 +538,7 @@ func TestHoldBackOnlyAccountFailingAtOnceIsAnError(t *testing.T) {
 var compatResetAtRE = regexp.MustCompile(`"reset_at":([0-9]+)`)
 
 func TestRateLimitsFirstStreamReachesClientIntact(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	const resetIn = 45 * time.Minute
 	e.up.Set("c1", upstreamtest.Behavior{Stream: "rate_limits_first.sse", ResetIn: resetIn})
@@ -589,6 +605,7 @@ func compatRecordedHeaders(t *testing.T, name string, drop ...string) (*fasthttp
 }
 
 func TestParseQuotaRecordedHeaders(t *testing.T) {
+	t.Parallel()
 	h, now := compatRecordedHeaders(t, "codex_quota.txt")
 	q := parseQuota(now, h)
 	if q == nil || q.Primary == nil || q.Secondary == nil {
@@ -648,6 +665,7 @@ func compatQuotaHeaders(t *testing.T, used string) map[string]string {
 }
 
 func TestQuotaNearlySpentAccountIsDeferred(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
 	e.up.Set("c1", upstreamtest.Behavior{ResetIn: 2 * time.Hour, Headers: compatQuotaHeaders(t, "")}) // 96% used: 4% left
 	compatPrefer(e, 1)
@@ -705,6 +723,7 @@ func compatExpectHello(t *testing.T, resp *http.Response) {
 // body again, which on a keep-alive connection would wait for the stall
 // timeout.
 func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "short"}}, func(c *Config) { c.StallTimeout = 3 * time.Second })
 	e.up.Set("short", upstreamtest.Behavior{Stream: "truncated_bootstrap_only.sse"})
 	start := time.Now()
@@ -723,6 +742,7 @@ func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
 // byte with its Content-Encoding, even to a ChatGPT account, instead of
 // being refused as invalid JSON.
 func TestCompressedBodyIsForwardedAsIs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "z"}})
 	var gz bytes.Buffer
 	w := gzip.NewWriter(&gz)

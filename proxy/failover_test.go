@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"net/http"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // Tests of SPEC §4's failover table, one row at a time, against a real
@@ -27,6 +27,7 @@ import (
 func twoAPIKeys() []acct { return []acct{{accounts.KindAPIKey, "bad"}, {accounts.KindAPIKey, "good"}} }
 
 func TestFailoverUsageLimitRateLimitsUntilReset(t *testing.T) {
+	t.Parallel()
 	httpDate := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
 	cases := []struct {
 		name string
@@ -93,6 +94,7 @@ func TestFailoverUsageLimitRateLimitsUntilReset(t *testing.T) {
 }
 
 func TestPoolExhaustedWhenEveryAccountIsRateLimited(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}, {accounts.KindChatGPT, "b"}, {accounts.KindAPIKey, "c"}})
 	e.up.Set("a", upstreamtest.Behavior{Status: 429, ResetIn: 2 * time.Hour})
 	e.up.Set("b", upstreamtest.Behavior{Status: 429, ResetIn: 30 * time.Minute})
@@ -137,6 +139,7 @@ func TestPoolExhaustedWhenEveryAccountIsRateLimited(t *testing.T) {
 }
 
 func TestEntitlementSkipsAccountWithoutRateLimiting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	e.up.Set("bad", upstreamtest.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
 	e.prefer(1)
@@ -152,6 +155,7 @@ func TestEntitlementSkipsAccountWithoutRateLimiting(t *testing.T) {
 }
 
 func TestEntitlementErrorWhenNoAccountHasIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "x"}, {accounts.KindChatGPT, "y"}})
 	for _, tok := range []string{"x", "y"} {
 		e.up.Set(tok, upstreamtest.Behavior{Status: 404, ErrorFixture: "usage_not_included_404.json"})
@@ -168,6 +172,7 @@ func TestEntitlementErrorWhenNoAccountHasIt(t *testing.T) {
 }
 
 func TestUnauthorizedCoolsDownAndRotates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
 	e.up.Set("bad", upstreamtest.Behavior{Status: 401})
 	e.prefer(1)
@@ -188,6 +193,7 @@ func TestUnauthorizedCoolsDownAndRotates(t *testing.T) {
 }
 
 func TestTokenInvalidatedStopsWithoutRotating(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
 	e.up.Set("bad", upstreamtest.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
 	e.prefer(1)
@@ -225,6 +231,7 @@ func TestTokenInvalidatedStopsWithoutRotating(t *testing.T) {
 }
 
 func TestDeactivatedWorkspaceDisablesAndRotates(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{402, 403} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "bad"}, {accounts.KindChatGPT, "good"}})
@@ -250,6 +257,7 @@ func TestDeactivatedWorkspaceDisablesAndRotates(t *testing.T) {
 }
 
 func TestCloudflareChallengeIsBlockedWithoutBlamingTheAccount(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		b    upstreamtest.Behavior
@@ -283,6 +291,7 @@ func TestCloudflareChallengeIsBlockedWithoutBlamingTheAccount(t *testing.T) {
 }
 
 func TestServerErrorCoolsDownAndRotates(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{500, 502, 503} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			e := newEnv(t, twoAPIKeys())
@@ -304,6 +313,7 @@ func TestServerErrorCoolsDownAndRotates(t *testing.T) {
 }
 
 func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
+	t.Parallel()
 	clk := rotationtest.Real()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "bad"}}).peer(withClock(clk))
 	e.up.Set("bad", upstreamtest.Behavior{Status: 500})
@@ -351,6 +361,7 @@ func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 }
 
 func TestConnectErrorMarksTheEndpointNotTheAccount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	dead := closedPort(t)
 	e.setBaseURL(1, "http://"+dead+"/v1")
@@ -367,6 +378,7 @@ func TestConnectErrorMarksTheEndpointNotTheAccount(t *testing.T) {
 }
 
 func TestHungUpstreamMarksItsEndpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys(), stallTimeout(100*time.Millisecond), responseTimeout(300*time.Millisecond))
 	e.up.Set("bad", upstreamtest.Behavior{HangHeaders: true})
 	// The same fake under another name is another endpoint: the good
@@ -386,6 +398,7 @@ func TestHungUpstreamMarksItsEndpoint(t *testing.T) {
 }
 
 func TestOtherClientErrorsAreReturnedAsIs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		b        upstreamtest.Behavior
@@ -420,6 +433,7 @@ func TestOtherClientErrorsAreReturnedAsIs(t *testing.T) {
 }
 
 func TestClientErrorIsReturnedNormalized(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	e.up.Set("bad", upstreamtest.Behavior{Status: 400})
 	e.prefer(1)
@@ -446,6 +460,7 @@ func TestClientErrorIsReturnedNormalized(t *testing.T) {
 }
 
 func TestAtMostFourAttempts(t *testing.T) {
+	t.Parallel()
 	toks := []string{"e1", "e2", "e3", "e4", "e5"}
 	var accts []acct
 	for _, tok := range toks {
@@ -491,6 +506,7 @@ func TestAtMostFourAttempts(t *testing.T) {
 }
 
 func TestAttemptBudgetSpentOnUsageLimits(t *testing.T) {
+	t.Parallel()
 	toks := []string{"e1", "e2", "e3", "e4", "e5"}
 	var accts []acct
 	for _, tok := range toks {
@@ -529,6 +545,7 @@ func TestAttemptBudgetSpentOnUsageLimits(t *testing.T) {
 }
 
 func TestPinnedAccountUnavailable(t *testing.T) {
+	t.Parallel()
 	for _, source := range []string{rotation.PinManual, rotation.PinProcess} {
 		t.Run(source, func(t *testing.T) {
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "p1"}, {accounts.KindChatGPT, "p2"}, {accounts.KindAPIKey, "p3"}})
@@ -594,6 +611,7 @@ func TestPinnedAccountUnavailable(t *testing.T) {
 }
 
 func TestPinnedHealthyAccountIsTheOnlyOneUsed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "h1"}, {accounts.KindAPIKey, "h2"}, {accounts.KindAPIKey, "h3"}})
 	e.pin(2)
 	for range 10 {
@@ -656,6 +674,7 @@ func (f *fakeRefresher) Calls() []string {
 }
 
 func TestUnauthorizedRefreshesOnceOnTheSameAccount(t *testing.T) {
+	t.Parallel()
 	t.Run("refresh works", func(t *testing.T) {
 		a := newEnv(t, []acct{{accounts.KindChatGPT, "old"}, {accounts.KindChatGPT, "other"}})
 		ref := newFakeRefresher(t, a, false)

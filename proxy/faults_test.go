@@ -34,6 +34,7 @@ func expectUnmarked(t *testing.T, e *env, i int) {
 }
 
 func TestEveryAccountOnAnUnreachableEndpointIsSkippedAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}, {accounts.KindAPIKey, "b"}})
 	dead := closedPort(t)
 	e.setBaseURL(1, "http://"+dead+"/v1")
@@ -57,6 +58,7 @@ func TestEveryAccountOnAnUnreachableEndpointIsSkippedAtOnce(t *testing.T) {
 }
 
 func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})
 	dead := closedPort(t)
 	e.setBaseURL(1, "http://"+dead+"/v1")
@@ -78,6 +80,7 @@ func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
 }
 
 func TestSlowNonStreamAnswerIsWaitedForNotRetried(t *testing.T) {
+	t.Parallel()
 	// A stream:false answer starts only once it is complete: here after
 	// about a second, far past the stall timeout.
 	e := newEnv(t, twoAPIKeys(), stallTimeout(200*time.Millisecond))
@@ -98,6 +101,7 @@ func TestSlowNonStreamAnswerIsWaitedForNotRetried(t *testing.T) {
 }
 
 func TestClientThatLeavesEndsTheFailover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys(), stallTimeout(400*time.Millisecond))
 	// Account 1's stream stalls before any output: without a client the
 	// stall must not be charged, nor the request sent on to account 2.
@@ -121,6 +125,7 @@ func TestClientThatLeavesEndsTheFailover(t *testing.T) {
 }
 
 func TestOwnConnectionLimitAnswersOverloadedAndMarksNobody(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys(), func(c *Config) { c.MaxUpstreamConns, c.ConnWait = 1, 200*time.Millisecond })
 	e.up.SetDefault(upstreamtest.Behavior{EventDelay: 300 * time.Millisecond})
 	e.prefer(1)
@@ -170,6 +175,7 @@ func rawExchange(t *testing.T, e *env, raw string) (status int, head string, con
 }
 
 func TestGuardAnswersBeforeTheBodyIsRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	// Headers announcing 60 MiB and only the first 16 KiB of it: the
 	// answer can only come if the guard does not wait for the body.
@@ -192,6 +198,7 @@ func TestGuardAnswersBeforeTheBodyIsRead(t *testing.T) {
 }
 
 func TestHeaderAndBodyLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys(), func(c *Config) { c.MaxBody = 1 << 20 })
 	pad := func(n int) string { return strings.Repeat("x", n) }
 	// Headers a legitimate client may send are served, up to 64 KiB.
@@ -225,6 +232,7 @@ func TestHeaderAndBodyLimits(t *testing.T) {
 }
 
 func TestHTTP10ClientGetsABodyThatEndsAtClose(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	status, head, _, br := rawExchange(t, e, "POST /v1/responses HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+testKey+
 		"\r\nContent-Type: application/json\r\nContent-Length: "+fmt.Sprint(len(streamBody))+"\r\n\r\n"+streamBody)
@@ -241,6 +249,7 @@ func TestHTTP10ClientGetsABodyThatEndsAtClose(t *testing.T) {
 const echoKey = "sk-test-echo-0123456789abcdef"
 
 func TestAccountSecretsNeverReachTheClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, echoKey}})
 	e.up.Set(echoKey, upstreamtest.Behavior{Status: 400, ErrorFixture: "key_echo_400.json"})
 	resp := e.do("POST", "/v1/responses", streamBody)
@@ -263,6 +272,7 @@ func TestAccountSecretsNeverReachTheClient(t *testing.T) {
 }
 
 func TestAffinityKeysAreFixedSizeDigests(t *testing.T) {
+	t.Parallel()
 	var h fasthttp.RequestHeader
 	big := strings.Repeat("k", 1<<20)
 	for _, body := range []string{`{"prompt_cache_key":"` + big + `"}`, `{"previous_response_id":"` + big + `"}`} {
@@ -282,6 +292,7 @@ func TestAffinityKeysAreFixedSizeDigests(t *testing.T) {
 }
 
 func TestNoEnabledAccountIsAConfigurationError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	resp := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, resp, 503, rerr.PoolExhausted)
@@ -297,6 +308,7 @@ func TestNoEnabledAccountIsAConfigurationError(t *testing.T) {
 }
 
 func TestHealthzAnswersWithoutAnAccount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	resp := e.do("GET", "/healthz", "")
 	if body := readAll(t, resp); resp.StatusCode != 200 || body != `{"status":"ok"}` {
@@ -310,6 +322,7 @@ func TestHealthzAnswersWithoutAnAccount(t *testing.T) {
 }
 
 func TestNotFoundNamesWhatWasAsked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	got := expectError(t, e.do("DELETE", "/v1/files/abc", ""), 404, rerr.ProxyNotFound)
 	if !strings.Contains(got.Message, "DELETE /v1/files/abc") || !strings.Contains(got.Message, "/v1/chat/completions") {
@@ -321,6 +334,7 @@ func TestNotFoundNamesWhatWasAsked(t *testing.T) {
 // than fasthttp's default of 512 connections per host: every one
 // completes and no account is marked.
 func TestConcurrentStreamsPastTheOldPoolLimit(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("load test")
 	}
@@ -385,6 +399,7 @@ func sseTypes(r io.Reader) ([]string, error) {
 // Every spelling of the session header a client uses keys the same
 // conversation: newer Codex CLIs send session-id.
 func TestAffinityKeyFromEverySessionHeader(t *testing.T) {
+	t.Parallel()
 	want := ""
 	for _, name := range []string{"session_id", "session-id", "conversation_id"} {
 		var h fasthttp.RequestHeader
@@ -403,6 +418,7 @@ func TestAffinityKeyFromEverySessionHeader(t *testing.T) {
 // Responses route and on the Chat Completions route alike, while other
 // traffic still spreads.
 func TestPromptCacheKeyKeepsAConversationOnOneAccount(t *testing.T) {
+	t.Parallel()
 	for _, route := range []struct{ path, body string }{
 		{"/v1/responses", `{"model":"gpt-5","stream":false,"input":"hi","prompt_cache_key":"conv-9"}`},
 		{"/v1/chat/completions", `{"model":"gpt-5","messages":[{"role":"user","content":"hi"}],"prompt_cache_key":"conv-9"}`},

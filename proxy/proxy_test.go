@@ -16,6 +16,7 @@ import (
 )
 
 func TestStreamsAnswerThroughAPIKeyAccount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
 	resp := e.do("POST", "/v1/responses", streamBody)
 	if resp.StatusCode != 200 {
@@ -42,6 +43,7 @@ func TestStreamsAnswerThroughAPIKeyAccount(t *testing.T) {
 }
 
 func TestChatGPTAdapterHeaders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	resp := e.do("POST", "/v1/responses", streamBody,
 		"session_id", "sess-1", "x-api-key", testKey, "Cookie", "a=b", "OpenAI-Organization", "org-x", "version", "0.50.0")
@@ -97,6 +99,7 @@ func TestStreamIsIncremental(t *testing.T) {
 }
 
 func TestGuards(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
 	cases := []struct {
 		name   string
@@ -159,6 +162,7 @@ func TestGuards(t *testing.T) {
 }
 
 func TestPayloadTooLarge(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}}, func(c *Config) { c.MaxBody = 1024 })
 	big := `{"input":"` + strings.Repeat("x", 4096) + `"}`
 	resp := e.do("POST", "/v1/responses", big)
@@ -182,6 +186,7 @@ func (panicSecrets) Get(string) (secrets.Secret, error) { panic("boom: sk-secret
 // A panic on the request path answers 500 codex_runtime_rotation_proxy_error
 // without leaking anything, and the proxy keeps serving.
 func TestPanicBecomes500(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
 	srv, err := New(Config{ClientKey: testKey, OpenAIBase: e.up.OpenAIBase()},
 		Deps{Selector: e.sel, Secrets: panicSecrets{}, Log: zerolog.Nop()})

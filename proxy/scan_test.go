@@ -48,6 +48,7 @@ func FuzzScanBody(f *testing.F) {
 }
 
 func TestScanBody(t *testing.T) {
+	t.Parallel()
 	for _, s := range scanSeeds {
 		checkScan(t, []byte(s))
 	}

@@ -26,6 +26,7 @@ func sharedPair(t *testing.T, accts []acct) (a, b *env) {
 }
 
 func TestRateLimitLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
+	t.Parallel()
 	a, b := sharedPair(t, []acct{{accounts.KindChatGPT, "lim"}, {accounts.KindChatGPT, "ok"}})
 	a.up.Set("lim", upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 	// A is pinned to account 1 for this process only, so its request
@@ -54,6 +55,7 @@ func TestRateLimitLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 }
 
 func TestCooldownLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
+	t.Parallel()
 	a, b := sharedPair(t, twoAPIKeys())
 	a.up.Set("bad", upstreamtest.Behavior{Status: 500})
 	a.prefer(1)
@@ -68,6 +70,7 @@ func TestCooldownLearnedByOneProxyIsHonoredByTheOther(t *testing.T) {
 }
 
 func TestPinWrittenToTheStoreReachesBothProxies(t *testing.T) {
+	t.Parallel()
 	a, b := sharedPair(t, []acct{{accounts.KindAPIKey, "p1"}, {accounts.KindAPIKey, "p2"}, {accounts.KindAPIKey, "p3"}})
 	id := a.id(3)
 	gen := a.sel.Pool().AffinityGeneration
@@ -116,6 +119,7 @@ func TestPinWrittenToTheStoreReachesBothProxies(t *testing.T) {
 }
 
 func TestFlagWrittenByOneProxyReachesTheOther(t *testing.T) {
+	t.Parallel()
 	a, b := sharedPair(t, []acct{{accounts.KindChatGPT, "dead"}, {accounts.KindChatGPT, "ok"}})
 	a.up.Set("dead", upstreamtest.Behavior{Status: 401, ErrorFixture: "token_invalidated_401.json"})
 	a.prefer(1)
@@ -129,6 +133,7 @@ func TestFlagWrittenByOneProxyReachesTheOther(t *testing.T) {
 }
 
 func TestRefreshedTokenReachesTheOtherProxy(t *testing.T) {
+	t.Parallel()
 	home := newEnv(t, []acct{{accounts.KindChatGPT, "old"}, {accounts.KindChatGPT, "other"}})
 	a := home.peer(withRefresher(newFakeRefresher(t, home, false)))
 	b := home.peer() // no refresher: a 401 would only cool the account down
@@ -152,6 +157,7 @@ func TestRefreshedTokenReachesTheOtherProxy(t *testing.T) {
 }
 
 func TestConcurrentRequestsAcrossTwoProxies(t *testing.T) {
+	t.Parallel()
 	a, b := sharedPair(t, []acct{{accounts.KindAPIKey, "lim"}, {accounts.KindAPIKey, "err"}, {accounts.KindAPIKey, "ok1"}, {accounts.KindAPIKey, "ok2"}})
 	a.up.Set("lim", upstreamtest.Behavior{Status: 429, ResetIn: time.Hour})
 	a.up.Set("err", upstreamtest.Behavior{Status: 500})

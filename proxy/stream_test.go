@@ -35,6 +35,7 @@ func completed(types []string) bool {
 }
 
 func TestStreamResetMidwayIsCutAndCharged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
 	e.up.Set("bad", upstreamtest.Behavior{ResetAfter: 3})
 	e.prefer(1)
@@ -68,6 +69,7 @@ func TestStreamResetMidwayIsCutAndCharged(t *testing.T) {
 }
 
 func TestStalledStreamIsCutAndCharged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, twoAPIKeys(), stallTimeout(300*time.Millisecond))
 	e.up.Set("bad", upstreamtest.Behavior{StallAfter: 4})
 	e.prefer(1)
@@ -95,6 +97,7 @@ func TestStalledStreamIsCutAndCharged(t *testing.T) {
 }
 
 func TestClientGoneCancelsUpstreamWithoutBlamingAccount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	e.up.Set("c1", upstreamtest.Behavior{EventDelay: 150 * time.Millisecond})
 	resp := e.do("POST", "/v1/responses", streamBody)
@@ -122,6 +125,7 @@ func TestClientGoneCancelsUpstreamWithoutBlamingAccount(t *testing.T) {
 }
 
 func TestStreamFailingBeforeAnyOutputFailsOver(t *testing.T) {
+	t.Parallel()
 	// Bootstrap events (response.created, response.in_progress) are held
 	// back, so a stream that dies before its first output event has not
 	// reached the client yet and the next account can serve.
@@ -155,6 +159,7 @@ func TestStreamFailingBeforeAnyOutputFailsOver(t *testing.T) {
 }
 
 func TestClientGoneDuringUpstreamStallEndsByStallTimeout(t *testing.T) {
+	t.Parallel()
 	// fasthttp cannot see a client leave while nothing is written, so a
 	// silent upstream is only given up at the stall timeout; that bound
 	// must hold.
@@ -201,6 +206,7 @@ func readUsage(t *testing.T, dir string) []rotation.Usage {
 }
 
 func TestUsageRecordedAfterCompletedStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	expectStream(t, e.do("POST", "/v1/responses", `{"model":"gpt-5-codex","stream":true,"input":"hi"}`))
 	rec := waitUsage(t, e, 1)[0]
@@ -221,6 +227,7 @@ func TestUsageRecordedAfterCompletedStream(t *testing.T) {
 }
 
 func TestNonStreamedAnswerHasLengthAndUsage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
 	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5","stream":false,"input":"hi"}`)
 	if resp.StatusCode != 200 {
@@ -255,6 +262,7 @@ func TestNonStreamedAnswerHasLengthAndUsage(t *testing.T) {
 }
 
 func TestQuotaFromHeaders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	e.up.Set("c1", upstreamtest.Behavior{ResetIn: 90 * time.Minute, Headers: map[string]string{
 		"x-codex-primary-used-percent":          "37.5",
@@ -285,6 +293,7 @@ func TestQuotaFromHeaders(t *testing.T) {
 }
 
 func TestQuotaFromRateLimitsEvent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
 	e.up.Set("c1", upstreamtest.Behavior{Stream: "rate_limits_first.sse", ResetIn: 45 * time.Minute})
 	start := time.Now()

@@ -483,7 +483,7 @@ type secretCache struct {
 	src   SecretSource
 	clock rotation.Clock // the one changedAt is told by
 	mu    sync.Mutex
-	m   map[string]cachedSecret
+	m     map[string]cachedSecret
 }
 
 type cachedSecret struct {

@@ -1,12 +1,12 @@
 package rotation
 
 import (
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // fcPool builds a pool of n enabled API-key accounts with ids a1..an.
@@ -29,6 +29,7 @@ func fcSelector(t *testing.T, p *accounts.Pool) (*Selector, *Runtime, *rotationt
 }
 
 func TestForecastVerdictsWaitsAndRisk(t *testing.T) {
+	t.Parallel()
 	p := fcPool(7)
 	p.Accounts[1].Enabled = false                    // a2 disabled
 	p.Accounts[2].SetFlag(accounts.FlagTokenInvalid) // a3 flagged
@@ -97,6 +98,7 @@ func TestForecastVerdictsWaitsAndRisk(t *testing.T) {
 }
 
 func TestForecastRecentFailuresAndCircuit(t *testing.T) {
+	t.Parallel()
 	sel, rt, clock := fcSelector(t, fcPool(2))
 	rt.Failure("a1", CooldownNetworkError, NetworkErrorCooldown)
 	clock.Advance(time.Second) // failures at one instant count once
@@ -121,6 +123,7 @@ func TestForecastRecentFailuresAndCircuit(t *testing.T) {
 }
 
 func TestForecastRecommendationFollowsPins(t *testing.T) {
+	t.Parallel()
 	p := fcPool(3)
 	id := "a2"
 	p.PinnedAccountID = &id
@@ -150,6 +153,7 @@ func TestForecastRecommendationFollowsPins(t *testing.T) {
 }
 
 func TestForecastEveryAccountDeferred(t *testing.T) {
+	t.Parallel()
 	sel, rt, clock := fcSelector(t, fcPool(2))
 	now := clock.Now()
 	rt.SetQuota("a1", Quota{Primary: &Window{UsedPercent: 99, ResetsAt: now.Add(time.Hour)}})
@@ -167,6 +171,7 @@ func TestForecastEveryAccountDeferred(t *testing.T) {
 }
 
 func TestForecastEmptyPool(t *testing.T) {
+	t.Parallel()
 	sel, _, _ := fcSelector(t, fcPool(0))
 	fc := sel.Forecast()
 	if fc.Summary.Total != 0 || fc.Recommendation.Index != 0 || fc.Recommendation.Reason == "" {

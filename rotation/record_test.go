@@ -14,6 +14,7 @@ import (
 // Each outcome gives the account exactly its row of the failover table's
 // "account gets" column.
 func TestRecordGivesEachOutcomeItsRow(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	now := clock.Now()
 	reset := now.Add(40 * time.Minute)
@@ -57,6 +58,7 @@ func TestRecordGivesEachOutcomeItsRow(t *testing.T) {
 // and forgets the same in memory, so this runtime's next Sync cannot
 // bring them back.
 func TestPruneEditsStateInPlace(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	now := clock.Now()
 	dir := t.TempDir()

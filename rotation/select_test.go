@@ -3,7 +3,6 @@ package rotation
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // Unit tests of selection (SPEC §4 Selection) with a fake clock and an
@@ -92,6 +92,7 @@ func (f *fixture) setStates(states map[string]*AccountState) {
 }
 
 func TestPickNeverChoosesAnUnusableAccount(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(20250314, 1))
 	reasons := []string{CooldownAuthFailure, CooldownServerError, CooldownNetworkError, CooldownTokenInvalidated}
 	for iter := range 400 {
@@ -203,6 +204,7 @@ func durationUntil(t, now time.Time) time.Duration {
 }
 
 func TestProcessPinIsExclusive(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3)
 	f.sel.SetProcessPin(f.id(3))
 	f.rt.Used(f.id(3), 200) // the pin is used even when it scores worst
@@ -247,6 +249,7 @@ func TestProcessPinIsExclusive(t *testing.T) {
 }
 
 func TestManualPinIsExclusive(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3)
 	f.update(func(p *accounts.Pool) { id := f.id(2); p.PinnedAccountID = &id })
 	f.rt.Used(f.id(2), 200)
@@ -280,6 +283,7 @@ func TestManualPinIsExclusive(t *testing.T) {
 }
 
 func TestSpreadsLoadAcrossEqualAccounts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3)
 	counts := make([]int, 4)
 	const picks = 300
@@ -299,6 +303,7 @@ func TestSpreadsLoadAcrossEqualAccounts(t *testing.T) {
 }
 
 func TestSpreadsLoadWithoutAnyOutcome(t *testing.T) {
+	t.Parallel()
 	// Picks alone (no Success yet, as with parallel streams in flight)
 	// must not pile onto one account.
 	f := newFixture(t, 3)
@@ -315,6 +320,7 @@ func TestSpreadsLoadWithoutAnyOutcome(t *testing.T) {
 }
 
 func TestAffinityKeepsAConversationOnItsAccount(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3)
 	f.sel.Bind("s:conv", f.id(2))
 	for range 10 {
@@ -358,6 +364,7 @@ func TestAffinityKeepsAConversationOnItsAccount(t *testing.T) {
 }
 
 func TestAttemptedAccountsAreSkipped(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 3)
 	var attempted []string
 	for range 3 {
@@ -382,6 +389,7 @@ func TestAttemptedAccountsAreSkipped(t *testing.T) {
 }
 
 func TestNearlyExhaustedQuotaDefersAnAccount(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 2)
 	now := f.clk.Now()
 	f.rt.SetQuota(f.id(1), Quota{Primary: &Window{UsedPercent: 96, WindowMinutes: 300, ResetsAt: now.Add(time.Hour)}})
@@ -423,6 +431,7 @@ func TestNearlyExhaustedQuotaDefersAnAccount(t *testing.T) {
 }
 
 func TestRefusalExplainsEveryAccount(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 6)
 	now := f.clk.Now()
 	f.update(func(p *accounts.Pool) {
@@ -468,6 +477,7 @@ func TestRefusalExplainsEveryAccount(t *testing.T) {
 }
 
 func TestRateLimitIsClampedAndDefaulted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	now := f.clk.Now()
 	f.rt.RateLimited(f.id(1), time.Time{})
@@ -520,6 +530,7 @@ func stateJSON(t *testing.T, s AccountState) string {
 }
 
 func TestMergeIsCommutativeAndIdempotent(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(42, 42))
 	base := time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC)
 	for iter := range 2000 {
@@ -574,6 +585,7 @@ func TestMergeIsCommutativeAndIdempotent(t *testing.T) {
 }
 
 func TestSyncExchangesStateBetweenRuntimes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clk := newFakeClock()
 	r1, r2 := NewRuntime(dir, clk), NewRuntime(dir, clk)
@@ -627,6 +639,7 @@ func TestSyncExchangesStateBetweenRuntimes(t *testing.T) {
 // A deliberate Clear reaches every process, although deadlines otherwise
 // merge by keeping the later one.
 func TestClearSurvivesSync(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a := NewRuntime(dir, SystemClock{})
 	b := NewRuntime(dir, SystemClock{})

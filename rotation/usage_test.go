@@ -19,6 +19,7 @@ func usageRec(at time.Time, acct, model string, status int, code string, tok *To
 }
 
 func TestUsageSummaryWindows(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log, err := OpenUsageLog(dir)
 	if err != nil {
@@ -73,6 +74,7 @@ func TestUsageSummaryWindows(t *testing.T) {
 }
 
 func TestUsageSkipsDamagedLines(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	now := time.Now().UTC()
 	good, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
@@ -96,6 +98,7 @@ func TestUsageSkipsDamagedLines(t *testing.T) {
 // A line left without its newline (a writer killed mid-write) never
 // swallows the next record: the next writer ends it first.
 func TestUsageTornLastLineDoesNotSwallowTheNext(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	now := time.Now().UTC()
 	good, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
@@ -146,6 +149,7 @@ func usageLines(t *testing.T, path string) []Usage {
 }
 
 func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const max = 4096
 	log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: max})
@@ -190,6 +194,7 @@ func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
 // keeps an O_APPEND descriptor on the file A rotates away, and must move to
 // the new file on its next look at the path.
 func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 1024, CheckEvery: 1 << 20, CheckInterval: time.Hour})
 	if err != nil {
@@ -237,6 +242,7 @@ func fileMissing(p string) bool {
 // several goroutines each, rotating often: no line may be torn and every
 // file stays bounded.
 func TestUsageConcurrentWritersRotate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	now := time.Now().UTC()
@@ -285,6 +291,7 @@ func BenchmarkUsageAppend(b *testing.B) {
 // Read, never a line still being written, and everything again (after a
 // reset) once the log rotates.
 func TestUsageTail(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tail := NewUsageTail(dir)
 	defer tail.Close()

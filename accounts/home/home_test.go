@@ -32,6 +32,7 @@ func mode(t *testing.T, path string) os.FileMode {
 }
 
 func TestEnsureDir(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "x", "home")
 	if err := EnsureDir(dir); err != nil {
 		t.Fatal(err)
@@ -58,6 +59,7 @@ func TestEnsureDir(t *testing.T) {
 }
 
 func TestWriteFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
 	// A file someone else left readable is replaced by a private one.
@@ -112,6 +114,7 @@ func TestWriteFile(t *testing.T) {
 }
 
 func TestRotate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "accounts.json")
 	if err := Rotate(path, 3); err != nil {
@@ -148,6 +151,7 @@ func TestRotate(t *testing.T) {
 }
 
 func TestLockFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), ".lock")
 	l, err := LockFile(path, false, time.Second)
 	if err != nil {

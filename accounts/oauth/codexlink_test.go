@@ -118,6 +118,7 @@ func refreshCtx(t *testing.T) context.Context {
 // rotor refreshes: the linked file gets the new pair, keeps its mode and
 // every other field, and last_refresh moves as Codex would move it.
 func TestRefreshWritesTheLinkedCodexFile(t *testing.T) {
+	t.Parallel()
 	e := newLinkEnv(t, true)
 	calls := e.auth.TokenCalls("refresh_token")
 	got, err := e.refresher(t, nil).Refresh(refreshCtx(t), e.acct, oauth.SecretFrom(e.first, time.Now()))
@@ -155,6 +156,7 @@ func TestRefreshWritesTheLinkedCodexFile(t *testing.T) {
 // adopts the file's pair without any token call instead of spending a dead
 // token and flagging the account.
 func TestRefreshAdoptsWhatCodexRefreshed(t *testing.T) {
+	t.Parallel()
 	e := newLinkEnv(t, true)
 	codexTok, err := oauth.NewClient(e.auth.URL()).Refresh(refreshCtx(t), e.first.RefreshToken) // Codex spends it
 	if err != nil {
@@ -184,6 +186,7 @@ func TestRefreshAdoptsWhatCodexRefreshed(t *testing.T) {
 // An account that is not linked never reads or writes the file, even when
 // it holds the same login.
 func TestUnlinkedAccountNeverTouchesTheCodexFile(t *testing.T) {
+	t.Parallel()
 	e := newLinkEnv(t, false)
 	before, _ := os.ReadFile(e.file)
 	fi0, _ := os.Stat(e.file)
@@ -200,6 +203,7 @@ func TestUnlinkedAccountNeverTouchesTheCodexFile(t *testing.T) {
 // A linked file that now holds another login, or an older pair than
 // rotor's, is neither adopted nor overwritten.
 func TestLinkedFileOfAnotherLoginIsLeftAlone(t *testing.T) {
+	t.Parallel()
 	e := newLinkEnv(t, true)
 	// Codex was logged in to another account since.
 	e.auth.SetIdentity(oauthtest.Identity{Email: "bob@example.com", AccountID: "another-workspace", PlanType: "pro"})
@@ -237,6 +241,7 @@ func TestLinkedFileOfAnotherLoginIsLeftAlone(t *testing.T) {
 // The fake token endpoint enforces single use as the real one does: a spent
 // refresh token gets 400 refresh_token_reused, which rotor takes as final.
 func TestSpentRefreshTokenIsReusedError(t *testing.T) {
+	t.Parallel()
 	e := newLinkEnv(t, false)
 	_, err := oauth.NewClient(e.auth.URL()).Refresh(refreshCtx(t), "rt-seed") // spent by newLinkEnv
 	if err == nil || !strings.Contains(errors.Unwrap(err).Error(), "400 refresh_token_reused") {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // startAuth runs the fake authorization server for the test's lifetime.
@@ -102,6 +102,7 @@ func checkAuthorizeURL(t *testing.T, base, raw, wantRedirect string) url.Values 
 var callbackRE = regexp.MustCompile(`^http://localhost:([0-9]+)/auth/callback$`)
 
 func TestLoginCallbackSignsInWithPKCE(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -181,6 +182,7 @@ func TestLoginCallbackSignsInWithPKCE(t *testing.T) {
 }
 
 func TestLoginCallbackPrintsURLWhenNoBrowser(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -196,6 +198,7 @@ func TestLoginCallbackPrintsURLWhenNoBrowser(t *testing.T) {
 }
 
 func TestLoginCallbackRejectsWrongState(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -234,6 +237,7 @@ func TestLoginCallbackRejectsWrongState(t *testing.T) {
 }
 
 func TestLoginCallbackRefusedByUser(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -261,6 +265,7 @@ func TestLoginCallbackRefusedByUser(t *testing.T) {
 }
 
 func TestLoginCallbackTimesOutAndFreesThePort(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -290,6 +295,7 @@ func TestLoginCallbackTimesOutAndFreesThePort(t *testing.T) {
 }
 
 func TestLoginCallbackPortInUse(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -373,6 +379,7 @@ func paste(t *testing.T, auth *oauthtest.Server, edit func(u *url.URL) string) l
 }
 
 func TestLoginPaste(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	r := paste(t, auth, func(u *url.URL) string { return u.String() })
 	if r.err != nil {
@@ -389,6 +396,7 @@ func TestLoginPaste(t *testing.T) {
 }
 
 func TestLoginPasteRejectsWrongState(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	r := paste(t, auth, func(u *url.URL) string {
 		q := u.Query()
@@ -405,6 +413,7 @@ func TestLoginPasteRejectsWrongState(t *testing.T) {
 }
 
 func TestLoginPasteRejectsGarbage(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	r := paste(t, auth, func(*url.URL) string { return "" })
 	if rerr.CodeOf(r.err) != rerr.CodeValidation {
@@ -413,6 +422,7 @@ func TestLoginPasteRejectsGarbage(t *testing.T) {
 }
 
 func TestLoginPasteTimesOut(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -431,6 +441,7 @@ func TestLoginPasteTimesOut(t *testing.T) {
 var userCodeRE = regexp.MustCompile(`enter the code:\s+(\S+)`)
 
 func TestLoginDevice(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	auth.SetDeviceInterval("0.1")
 	c := oauth.NewClient(auth.URL())
@@ -484,6 +495,7 @@ func TestLoginDevice(t *testing.T) {
 }
 
 func TestLoginDeviceTimesOut(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	auth.SetDeviceInterval("0.05")
 	c := oauth.NewClient(auth.URL())
@@ -502,6 +514,7 @@ func TestLoginDeviceTimesOut(t *testing.T) {
 }
 
 func TestExchangeRejectsWrongVerifier(t *testing.T) {
+	t.Parallel()
 	// The fake's PKCE check is what the login tests rely on: prove it bites.
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
@@ -543,6 +556,7 @@ func checkRefreshErr(t *testing.T, err error, retryable bool, secret string) {
 }
 
 func TestRefresh(t *testing.T) {
+	t.Parallel()
 	auth := startAuth(t)
 	c := oauth.NewClient(auth.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -615,6 +629,7 @@ func TestRefresh(t *testing.T) {
 }
 
 func TestRefreshKeepsRefreshTokenWhenNotRotated(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"access_token":"at-new","expires_in":3600}`)
@@ -682,6 +697,7 @@ func (e *refreshEnv) stored(t *testing.T) secrets.Secret {
 }
 
 func TestRefresherSerializesConcurrentRefreshes(t *testing.T) {
+	t.Parallel()
 	stale := secrets.Secret{AccessToken: "at-stale", RefreshToken: "rt-single-use-1", ExpiresAt: time.Now().Add(time.Hour)}
 	e := newRefreshEnv(t, stale)
 	e.auth.AddRefreshToken(stale.RefreshToken)
@@ -732,6 +748,7 @@ func TestRefresherSerializesConcurrentRefreshes(t *testing.T) {
 }
 
 func TestRefresherRefreshesExpiringTokenOfAnotherProcess(t *testing.T) {
+	t.Parallel()
 	// Another process refreshed, but what it stored is about to expire too:
 	// refresh again rather than hand out a dying token.
 	cur := secrets.Secret{AccessToken: "at-other", RefreshToken: "rt-other", IDToken: "idt-keep", ExpiresAt: time.Now().Add(time.Minute)}
@@ -752,6 +769,7 @@ func TestRefresherRefreshesExpiringTokenOfAnotherProcess(t *testing.T) {
 }
 
 func TestRefresherFlagsDeadRefreshToken(t *testing.T) {
+	t.Parallel()
 	stale := secrets.Secret{AccessToken: "at-stale", RefreshToken: "rt-dead-7a1b"}
 	e := newRefreshEnv(t, stale) // the fake never issued rt-dead: invalid_grant
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -772,6 +790,7 @@ func TestRefresherFlagsDeadRefreshToken(t *testing.T) {
 }
 
 func TestRefresherDoesNotFlagOnServerError(t *testing.T) {
+	t.Parallel()
 	stale := secrets.Secret{AccessToken: "at-stale", RefreshToken: "rt-ok-3c"}
 	e := newRefreshEnv(t, stale)
 	e.auth.AddRefreshToken(stale.RefreshToken)
@@ -787,6 +806,7 @@ func TestRefresherDoesNotFlagOnServerError(t *testing.T) {
 }
 
 func TestRefresherWithoutRefreshToken(t *testing.T) {
+	t.Parallel()
 	stale := secrets.Secret{AccessToken: "at-only"}
 	e := newRefreshEnv(t, stale)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -12,6 +12,7 @@ import (
 // that has it and changes nothing; --update relabels that account; doctor
 // and fix find a copy that got in before fingerprints existed.
 func TestAddKeyRefusesAKnownKey(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	const key = "sk-proj-SAMEKEY0123456789abcdef"
 	h.addKey("work", key)
@@ -78,6 +79,7 @@ func TestAddKeyRefusesAKnownKey(t *testing.T) {
 
 // serve and list warn, once, when secrets.json is readable by others.
 func TestExposedSecretsWarning(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("work", "sk-proj-EXPOSED0123456789")
 	if err := os.Chmod(h.path("secrets.json"), 0o644); err != nil {

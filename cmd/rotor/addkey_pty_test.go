@@ -44,6 +44,7 @@ func openPTY(t *testing.T) (ctl, tty *os.File) {
 // On a terminal add-key prompts, and what is typed is not echoed: the
 // terminal shows the prompt, never the key.
 func TestAddKeyPromptsWithoutEcho(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	ctl, tty := openPTY(t)
 	const key = "sk-proj-TYPEDATPROMPT0123456789"

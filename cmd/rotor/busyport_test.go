@@ -12,6 +12,7 @@ import (
 // serve on a port in use names the port, the rotor serve holding it (from
 // its record) and --port 0; a port held by another program says so.
 func TestServeOnABusyPort(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("a", "sk-busy-port-a")
 	first := raceServe(t, rotorBin, h.env, "first serve")

@@ -14,6 +14,7 @@ import (
 )
 
 func TestUnknownCommand(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	r := h.run("", "frobnicate")
 	if r.code != 1 {
@@ -36,6 +37,7 @@ func TestUnknownCommand(t *testing.T) {
 }
 
 func TestVersionAndHelp(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	r := h.ok("", "version")
 	if !strings.HasPrefix(r.stdout, "rotor ") || !strings.Contains(r.stdout, "go1.") {
@@ -48,6 +50,7 @@ func TestVersionAndHelp(t *testing.T) {
 }
 
 func TestIndexErrors(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("a", "sk-index-a")
 	h.addKey("b", "sk-index-b")
@@ -88,6 +91,7 @@ func TestIndexErrors(t *testing.T) {
 }
 
 func TestSwitchPinsByID(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	for _, l := range []string{"one", "two", "three"} {
 		h.addKey(l, "sk-switch-"+l)
@@ -158,6 +162,7 @@ func TestSwitchPinsByID(t *testing.T) {
 }
 
 func TestEnableDisableRemove(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("a", "sk-edr-a")
 	h.addKey("b", "sk-edr-b")
@@ -204,6 +209,7 @@ func TestEnableDisableRemove(t *testing.T) {
 }
 
 func TestAddKeyReadsStdin(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	const key = "sk-proj-AbCdEf0123456789stdinonly"
 	r := h.ok(key, "add-key", "--label", "work") // printf '%s' "$KEY": no newline
@@ -261,6 +267,7 @@ func TestAddKeyReadsStdin(t *testing.T) {
 }
 
 func TestImportCodex(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	fixture := codexFixture(t)
 	r := h.ok("", "import", "codex", "--file", fixture)
@@ -329,6 +336,7 @@ func TestImportCodex(t *testing.T) {
 }
 
 func TestImportCodexDefaultPath(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	codexHome := filepath.Join(t.TempDir(), "codex")
 	h.setenv("CODEX_HOME", codexHome)
@@ -360,6 +368,7 @@ func TestImportCodexDefaultPath(t *testing.T) {
 }
 
 func TestImportCodexErrors(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	dir := t.TempDir()
 	noTokens := filepath.Join(dir, "api-key-only.json")
@@ -394,6 +403,7 @@ func TestImportCodexErrors(t *testing.T) {
 }
 
 func TestJSONOutputs(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	// No accounts: the lists are empty arrays, not null.
 	for _, args := range [][]string{{"list", "--json"}, {"status", "--json"}, {"rotation", "status", "--json"}} {

@@ -20,6 +20,7 @@ import (
 
 // import codex links the account to its file; unlink and --unlink stop it.
 func TestImportLinksAndUnlink(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	file := codexFixture(t)
 	r := h.ok("", "import", "codex", "--file", file)
@@ -48,6 +49,7 @@ func TestImportLinksAndUnlink(t *testing.T) {
 // Every refresh token is spent exactly once, every request succeeds, and at
 // the end rotor and the file hold the same live pair.
 func TestCodexLinkAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs rotor processes")
 	}

@@ -134,6 +134,7 @@ func cmpOr(s, def string) string {
 // login link works once; foreign Host or Origin get 403; a button needs
 // the cookie and this serve's own Origin; nothing served holds a secret.
 func TestDashboardOnTheWire(t *testing.T) {
+	t.Parallel()
 	d := newDashboardPool(t)
 
 	for _, path := range []string{"/", "/dashboard/state", "/dashboard/events", "/dashboard/app.js"} {
@@ -287,6 +288,7 @@ func TestDashboardOnTheWire(t *testing.T) {
 // redirects to the link: the one-time token is never in another
 // program's argv.
 func TestDashboardOpenKeepsTheTokenOutOfArgv(t *testing.T) {
+	t.Parallel()
 	d := newDashboardPool(t)
 	bin := t.TempDir()
 	args := filepath.Join(bin, "args")

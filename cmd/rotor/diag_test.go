@@ -196,6 +196,7 @@ func diagField(t *testing.T, v any, path ...any) any {
 }
 
 func TestDiagForecastCommand(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	p := h.write(diagKey("work", "sk-1"), diagKey("limited", "sk-2"), diagAcct{kind: accounts.KindAPIKey, label: "off", enabled: false})
 	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
@@ -252,6 +253,7 @@ func TestDiagForecastCommand(t *testing.T) {
 }
 
 func TestDiagDoctorCommand(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	h.write(diagKey("work", "sk-1"))
 	v := h.runJSON(0, "doctor", "--json")
@@ -292,6 +294,7 @@ func TestDiagDoctorCommand(t *testing.T) {
 // TestDiagDoctorBinaryExitCode runs the real binary: exit status and
 // streams as a shell sees them.
 func TestDiagDoctorBinaryExitCode(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	h.write(diagKey("work", "sk-1"))
 	bin := func(args ...string) (int, string) {
@@ -326,6 +329,7 @@ func TestDiagDoctorBinaryExitCode(t *testing.T) {
 }
 
 func TestDiagFixCommand(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	h.write(diagKey("one", "sk-1"), diagKey("two", "sk-2"))
 	st, _ := accounts.Open(h.dir)
@@ -415,6 +419,7 @@ func diagAuth(t *testing.T) (*httptest.Server, *atomic.Int32) {
 }
 
 func TestDiagVerifyFlaggedCommand(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	auth, calls := diagAuth(t)
 	up := upstreamtest.New("../../testdata")
@@ -473,6 +478,7 @@ func TestDiagVerifyFlaggedCommand(t *testing.T) {
 }
 
 func TestDiagReportCommand(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	p := h.write(diagKey("work", "sk-1"), diagKey("alt", "sk-2"))
 	log, err := rotation.OpenUsageLog(h.dir)
@@ -539,6 +545,7 @@ func TestDiagReportCommand(t *testing.T) {
 }
 
 func TestDiagFixMergesDuplicates(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	a := diagChatGPT("me", "cg-1", "at-1", "rt-1", time.Hour)
 	b := diagChatGPT("me", "cg-1", "at-2", "rt-2", 2*time.Hour) // same login, imported twice

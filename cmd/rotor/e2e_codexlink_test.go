@@ -20,6 +20,7 @@ import (
 // auth.json must hold the live pair rotor got, or Codex would be logged out
 // (refresh_token_reused) the next time it refreshed by itself.
 func TestE2ECodexLinkedRefresh(t *testing.T) {
+	t.Parallel()
 	cache := e2eClients(t)
 	w := newE2EWorld(t)
 	w.useClients(cache)

@@ -25,6 +25,7 @@ func (h *diagHome) runIO(stdoutTTY bool, args ...string) diagRun {
 // 0: its usage line, a sentence, every flag as --flag with its default,
 // and an example.
 func TestEveryCommandHasHelp(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	singleDash := regexp.MustCompile(`(^|\s)-[a-z]`)
 	for _, name := range sortedNames() {
@@ -67,6 +68,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 }
 
 func TestTopLevelHelpAndVersion(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
 		r := h.run(args...)
@@ -89,6 +91,7 @@ func TestTopLevelHelpAndVersion(t *testing.T) {
 }
 
 func TestMistypedCommandSuggests(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	for typed, want := range map[string]string{
 		"lsit": "list", "swich": "switch", "rotaton": "rotation", "doctr": "doctor",
@@ -114,6 +117,7 @@ func TestMistypedCommandSuggests(t *testing.T) {
 }
 
 func TestFlagMistakes(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	r := h.run("list", "--jsn")
 	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "Unknown flag: --jsn\n") ||
@@ -136,6 +140,7 @@ var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 // escapes it is byte for byte the plain table. NO_COLOR and a pipe get
 // the plain table.
 func TestStatesColouredOnATerminal(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	off := diagKey("off", "sk-off")
 	off.enabled = false
@@ -173,6 +178,7 @@ func TestStatesColouredOnATerminal(t *testing.T) {
 // reset, in rotation status, status and forecast; on a terminal each bar
 // is coloured by the headroom left, and the columns still line up.
 func TestQuotaBars(t *testing.T) {
+	t.Parallel()
 	h := newDiagHome(t)
 	p := h.write(diagKey("low", "sk-low"), diagKey("mid", "sk-mid"), diagKey("high", "sk-high"), diagKey("none", "sk-none"))
 	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})

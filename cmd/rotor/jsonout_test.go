@@ -8,6 +8,7 @@ import (
 // Every --json object comes out of one exporter: "command" first, lists
 // never null, however deep.
 func TestExportJSON(t *testing.T) {
+	t.Parallel()
 	type inner struct {
 		Tags []string `json:"tags"`
 	}

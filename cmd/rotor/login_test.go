@@ -20,6 +20,7 @@ func runApp(env map[string]string, args ...string) (stdout, stderr string, code 
 // rotor login --device adds the signed-in account with its identity and
 // tokens; signing in again updates it instead of adding another.
 func TestLoginDeviceAddsThenUpdates(t *testing.T) {
+	t.Parallel()
 	auth := oauthtest.New()
 	auth.SetDeviceInterval("0.05")
 	auth.SetDeviceApproveAfter(2)

@@ -200,6 +200,7 @@ func raceHelloStream(body string) bool {
 }
 
 func TestRefreshRaceAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs rotor processes")
 	}

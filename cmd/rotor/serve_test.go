@@ -19,6 +19,7 @@ import (
 // serve refuses any host that is not loopback, naming it, before it binds
 // or writes anything.
 func TestServeRefusesNonLoopbackHost(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("a", "sk-a")
 	for _, host := range []string{"0.0.0.0", "192.168.1.10", "::", "example.com"} {
@@ -35,6 +36,7 @@ func TestServeRefusesNonLoopbackHost(t *testing.T) {
 // SIGTERM lets an in-flight stream finish, then serve exits 0, removes
 // proxy.json and has saved what it learned; rotor env works while it runs.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // run while traffic flows moves both of them within a second, with no
 // request failing on the way.
 func TestTwoServeProcessesShareStateAndPins(t *testing.T) {
+	t.Parallel()
 	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func sameFiles(a, b map[string]string) bool {
 // STORAGE_UNREADABLE and "rotor fix", and no file of the home changed (no
 // rewrite, no backup rotation, no secret stored).
 func TestUnreadableStore(t *testing.T) {
+	t.Parallel()
 	fixture := codexFixture(t)
 	commands := []struct {
 		stdin string
@@ -130,6 +131,7 @@ func TestUnreadableStore(t *testing.T) {
 // that already has one account: all 21 accounts land, each with its own key,
 // and the backups hold the three previous versions, newest first.
 func TestConcurrentAddKey(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("seed", "sk-seed")
 	const n = 20
@@ -215,6 +217,7 @@ func TestConcurrentAddKey(t *testing.T) {
 // TestWritersWaitForLock holds the store lock (flock on ROTOR_HOME/.lock) in
 // this process and shows that a rotor process waits for it before writing.
 func TestWritersWaitForLock(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("a", "sk-lock-a")
 	l, err := home.LockFile(h.path(".lock"), false, 5*time.Second)
@@ -257,6 +260,7 @@ func TestWritersWaitForLock(t *testing.T) {
 // runtime-state write as a proxy makes one, and checks the home is 0700 and
 // every file in it 0600.
 func TestHomeIsPrivate(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("a", "sk-private-a")
 	auth := filepath.Join(t.TempDir(), "auth.json")
@@ -319,6 +323,7 @@ func TestHomeIsPrivate(t *testing.T) {
 // checks that no key or token appears in any output or in any file of the
 // home but secrets.json.
 func TestSecretsStayInSecretsFile(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	const key = "sk-proj-LEAKCHECK0123456789abcdefXYZ"
 	auth := filepath.Join(t.TempDir(), "auth.json")
@@ -392,6 +397,7 @@ func TestSecretsStayInSecretsFile(t *testing.T) {
 // a store truncated mid-account, rotor fix; all three accounts and their
 // secrets are there afterwards, and the proxy can use them.
 func TestFixAfterTruncationKeepsEveryKey(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	for _, k := range []string{"sk-one", "sk-two", "sk-three"} {
 		h.addKey(k[3:], k)
@@ -422,6 +428,7 @@ func TestFixAfterTruncationKeepsEveryKey(t *testing.T) {
 // state.json is advisory (SPEC §2): damaged, it is read as empty with a
 // one-line warning, doctor reports it and fix rewrites it.
 func TestDamagedStateIsAdvisory(t *testing.T) {
+	t.Parallel()
 	h := newHome(t)
 	h.addKey("one", "sk-one")
 	if err := os.WriteFile(h.path("state.json"), []byte(`{"version":1,"accounts":{"x":`), 0o600); err != nil {

@@ -117,6 +117,7 @@ var goldens = []struct {
 }
 
 func TestStreamGoldens(t *testing.T) {
+	t.Parallel()
 	for _, g := range goldens {
 		t.Run(g.fixture, func(t *testing.T) {
 			st := NewStream("chatcmpl-x", 1767225600, "gpt-5", true, testFail)
@@ -151,6 +152,7 @@ func TestStreamGoldens(t *testing.T) {
 }
 
 func TestStreamWithoutUsage(t *testing.T) {
+	t.Parallel()
 	st := NewStream("chatcmpl-x", 1767225600, "gpt-5", false, testFail)
 	var out []byte
 	for _, ev := range events(t, "hello.sse") {
@@ -162,6 +164,7 @@ func TestStreamWithoutUsage(t *testing.T) {
 }
 
 func TestStreamFailAndNothingAfterTheEnd(t *testing.T) {
+	t.Parallel()
 	st := NewStream("chatcmpl-x", 1, "m", false, testFail)
 	out := st.Event(nil, events(t, "hello.sse")[4]) // the first text delta
 	out = st.Fail(out, "stream_interrupted", "cut")
@@ -174,6 +177,7 @@ func TestStreamFailAndNothingAfterTheEnd(t *testing.T) {
 }
 
 func TestStreamArgumentsWithoutDeltas(t *testing.T) {
+	t.Parallel()
 	// A call whose arguments arrive only whole still reaches the client.
 	st := NewStream("c", 1, "m", false, testFail)
 	var out []byte
@@ -188,6 +192,7 @@ func TestStreamArgumentsWithoutDeltas(t *testing.T) {
 }
 
 func TestCompletionGoldens(t *testing.T) {
+	t.Parallel()
 	for _, g := range goldens {
 		c := NewCompletion("chatcmpl-x", 1767225600, "gpt-5")
 		for _, ev := range events(t, g.fixture) {
@@ -208,6 +213,7 @@ func TestCompletionGoldens(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	for body, want := range map[string]Request{
 		`{"model":"m","messages":[]}`: {Model: "m"},
 		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`:          {Model: "m", Stream: true, IncludeUsage: true},
@@ -232,6 +238,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestToResponses(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, in, want string }{
 		{"plain", `{"model":"gpt-5","messages":[{"role":"user","content":"hi <b>&"}],"temperature":0.2,"max_tokens":9,"stop":["x"],"seed":1,"user":"u","metadata":{"a":"b"}}`,
 			`{"model":"gpt-5","instructions":"","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi <b>&"}]}],"stream":true,"store":false}`},

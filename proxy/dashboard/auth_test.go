@@ -9,6 +9,7 @@ import (
 const key = "0123456789abcdef0123456789abcdef"
 
 func TestLoginTokens(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	tok := LoginToken(key, now)
 	nonce, exp, ok := check(key, purposeLogin, tok, now.Add(LoginTTL-time.Second))

@@ -189,6 +189,7 @@ func TestStreamArrivesEventByEvent(t *testing.T) {
 }
 
 func TestCodexRouteOnlyStreams(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	resp := do(t, t.Context(), c, "POST", s.ChatGPTBase()+"/codex/responses", "tok", `{"model":"gpt-5-codex","input":[]}`)
 	if resp.StatusCode != 400 {
@@ -208,6 +209,7 @@ func TestCodexRouteOnlyStreams(t *testing.T) {
 }
 
 func TestRateLimitsStreamPlaceholders(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{Stream: "rate_limits_first.sse", ResetIn: 2 * time.Hour})
 	now := time.Now().Unix()
@@ -238,6 +240,7 @@ func TestRateLimitsStreamPlaceholders(t *testing.T) {
 }
 
 func TestErrorFixtures(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	tests := []struct {
 		status  int
@@ -308,6 +311,7 @@ func TestErrorFixtures(t *testing.T) {
 }
 
 func TestDefaultErrorFixture(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.SetDefault(Behavior{Status: 429})
 	resp := do(t, t.Context(), c, "POST", s.OpenAIBase()+"/responses", "any", `{}`)
@@ -322,6 +326,7 @@ func TestDefaultErrorFixture(t *testing.T) {
 }
 
 func TestStallKeepsConnectionOpenUntilClientLeaves(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{StallAfter: 3})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -354,6 +359,7 @@ func TestStallKeepsConnectionOpenUntilClientLeaves(t *testing.T) {
 }
 
 func TestResetAbortsMidStream(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{ResetAfter: 4})
 	resp := do(t, t.Context(), c, "POST", s.OpenAIBase()+"/responses", "tok", `{"stream":true}`)
@@ -377,6 +383,7 @@ func TestResetAbortsMidStream(t *testing.T) {
 }
 
 func TestHangHeadersUntilClientLeaves(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{HangHeaders: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
@@ -392,6 +399,7 @@ func TestHangHeadersUntilClientLeaves(t *testing.T) {
 }
 
 func TestNonStreamAssembled(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	resp := do(t, t.Context(), c, "POST", s.OpenAIBase()+"/responses", "tok", `{"model":"gpt-5-mini","input":"hi"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
@@ -450,6 +458,7 @@ func TestNonStreamAssembled(t *testing.T) {
 }
 
 func TestNonStreamFailedIsAnError(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{Stream: "failed_overloaded.sse"})
 	resp := do(t, t.Context(), c, "POST", s.OpenAIBase()+"/responses", "tok", `{"model":"gpt-5"}`)
@@ -460,6 +469,7 @@ func TestNonStreamFailedIsAnError(t *testing.T) {
 }
 
 func TestFailedStream(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{Stream: "failed_overloaded.sse"})
 	resp := do(t, t.Context(), c, "POST", s.ChatGPTBase()+"/codex/responses", "tok", `{"stream":true}`)
@@ -483,6 +493,7 @@ func TestFailedStream(t *testing.T) {
 }
 
 func TestAuthRoutesAndRecording(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 
 	resp := do(t, t.Context(), c, "POST", s.OpenAIBase()+"/responses?x=1", "", `{"stream":true}`)
@@ -543,6 +554,7 @@ func TestAuthRoutesAndRecording(t *testing.T) {
 }
 
 func TestRecordedRingIsBounded(t *testing.T) {
+	t.Parallel()
 	s := New(testdata)
 	for i := range maxRecorded + 5 {
 		s.record(Recorded{Path: fmt.Sprint(i), Token: "t"})
@@ -557,6 +569,7 @@ func TestRecordedRingIsBounded(t *testing.T) {
 }
 
 func TestCloseEndsStalledRequests(t *testing.T) {
+	t.Parallel()
 	s := New(testdata)
 	if err := s.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -597,6 +610,7 @@ func TestCloseEndsStalledRequests(t *testing.T) {
 // TestFixturesAreWellFormed checks every fixture the way a strict client
 // would, so a hand edit that breaks the wire format fails here first.
 func TestFixturesAreWellFormed(t *testing.T) {
+	t.Parallel()
 	fill := newFiller(time.Now(), time.Minute)
 	files, _ := filepath.Glob(filepath.Join(testdata, "sse", "*.sse"))
 	if len(files) < 4 {
@@ -654,6 +668,7 @@ func TestFixturesAreWellFormed(t *testing.T) {
 }
 
 func TestNonStreamFaults(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("reset", Behavior{ResetAfter: 2})
 	s.Set("stall", Behavior{StallAfter: 2})
@@ -723,6 +738,7 @@ const chatAfterTool = `{"model":"gpt-x","messages":[{"role":"user","content":"We
 	`{"role":"tool","tool_call_id":"call_123","content":"{\"temperature_c\":18}"}]}`
 
 func TestChatCompletionsServesFixtures(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.Set("tool", Behavior{ChatStream: "tool_call.sse"})
 	url := s.OpenAIBase() + "/chat/completions"
@@ -792,6 +808,7 @@ func readRaw(br *bufio.Reader, events int) (string, error) {
 }
 
 func TestChatCompletionsStreamFaults(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	url := s.OpenAIBase() + "/chat/completions"
 	body := chatBody("gpt-x", `"stream":true`)
@@ -900,6 +917,7 @@ func TestChatCompletionsStreamFaults(t *testing.T) {
 }
 
 func TestChatCompletionsObjectFaults(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	url := s.OpenAIBase() + "/chat/completions"
 	body := chatBody("gpt-x")
@@ -938,6 +956,7 @@ func TestChatCompletionsObjectFaults(t *testing.T) {
 }
 
 func TestToolRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	s.SetDefault(Behavior{ToolRoundTrip: true})
 	s.Set("custom", Behavior{ToolRoundTrip: true, Stream: "reasoning_summary.sse", ChatStream: "hello.sse"})
@@ -996,6 +1015,7 @@ func TestToolRoundTrip(t *testing.T) {
 }
 
 func TestHeaderDelay(t *testing.T) {
+	t.Parallel()
 	s, c := start(t)
 	const delay = 300 * time.Millisecond
 
@@ -1076,6 +1096,7 @@ func TestHeaderDelay(t *testing.T) {
 // the _usage stream is the plain one plus "usage":null on every chunk and
 // the usage chunk, and the object says what the chunks add up to.
 func TestChatFixturesAreWellFormed(t *testing.T) {
+	t.Parallel()
 	type chunk struct {
 		ID, Object, Model string
 		Created           int64
