@@ -16,6 +16,7 @@ import (
 )
 
 func TestDoctorHealthy(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"), chatgpt("me", "me@example.com", "cg-1", "at-1", "rt-good-1", 9*24*time.Hour))
 	before := h.snapshot()
@@ -40,6 +41,7 @@ func TestDoctorHealthy(t *testing.T) {
 }
 
 func TestDoctorFindsEveryProblem(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	p := h.write(
 		apiKey("work", "sk-work"),
@@ -91,6 +93,7 @@ func TestDoctorFindsEveryProblem(t *testing.T) {
 var secrets0 = secretsOf("sk-flagged")
 
 func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"))
 	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "renamed" }) // accounts.json.bak now has 1 account
@@ -107,6 +110,7 @@ func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
 }
 
 func TestDoctorMissingHome(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "nope")
 	res := checkup.New(checkup.Deps{Dir: dir}).Doctor(context.Background())
 	if res.Failed() || len(res.Checks) != 1 || res.Checks[0].Status != checkup.StatusWarn {
@@ -118,6 +122,7 @@ func TestDoctorMissingHome(t *testing.T) {
 }
 
 func TestDoctorReachesRunningProxy(t *testing.T) {
+	t.Parallel()
 	const key = "client-key-0123456789abcdef0123456789abcdef"
 	var gotAuth string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -164,6 +169,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 }
 
 func TestStoreHealth(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"), acct{kind: accounts.KindAPIKey, label: "lost", enabled: false},
 		acct{kind: accounts.KindAPIKey, label: "f", enabled: true, flag: "token-invalid", secret: &secrets0})

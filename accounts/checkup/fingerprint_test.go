@@ -15,6 +15,7 @@ import (
 // The same API key twice is found by its stored fingerprint: doctor warns,
 // fix merges into the first and keeps every secret.
 func TestDuplicateKeysFoundByFingerprint(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	p := h.write(apiKey("a", "sk-same"), apiKey("b", "sk-other"), apiKey("c", "sk-same"))
 	c := check(h.checkup().Doctor(context.Background()), "duplicates")
@@ -44,6 +45,7 @@ func TestDuplicateKeysFoundByFingerprint(t *testing.T) {
 // Keys added before rotor stored fingerprints: doctor says their
 // duplicates cannot be seen yet; fix fingerprints them and merges.
 func TestFixFingerprintsLegacyKeys(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	old := apiKey("old", "sk-same")
 	old.legacy = true
@@ -73,6 +75,7 @@ func TestFixFingerprintsLegacyKeys(t *testing.T) {
 // A copy of secrets.json left by a crashed write holds keys: doctor warns
 // and says so, fix removes it; one still being written is left alone.
 func TestLeftoverSecretTempFiles(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("a", "sk-a"))
 	now := time.Now()
@@ -102,6 +105,7 @@ func TestLeftoverSecretTempFiles(t *testing.T) {
 // doctor reports each account linked to a Codex CLI auth.json: shared,
 // gone, or now holding another login.
 func TestDoctorCodexLinks(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	dir := t.TempDir()
 	linked := filepath.Join(dir, "auth.json")

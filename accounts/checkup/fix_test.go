@@ -3,7 +3,6 @@ package checkup_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // dryThenReal runs Fix as a dry run, checks it changed nothing and
@@ -21,10 +21,10 @@ import (
 func dryThenReal(t *testing.T, h *testHome) (dry, real checkup.FixResult) {
 	t.Helper()
 	before := h.snapshot()
-	calls := h.auth.total()
+	calls := h.auth.TokenCalls("refresh_token")
 	dry = h.checkup().Fix(context.Background(), checkup.FixOptions{DryRun: true})
 	h.sameAs(before)
-	if h.auth.total() != calls {
+	if h.auth.TokenCalls("refresh_token") != calls {
 		t.Errorf("the dry run called the token endpoint")
 	}
 	if !dry.DryRun || dry.Changed() {
@@ -40,6 +40,7 @@ func dryThenReal(t *testing.T, h *testHome) (dry, real checkup.FixResult) {
 }
 
 func TestFixHealthyHomeDoesNothing(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("work", "sk-work"), chatgpt("me", "me@example.com", "cg-1", "at-1", "rt-good-1", time.Hour))
 	before := h.snapshot()
@@ -51,6 +52,7 @@ func TestFixHealthyHomeDoesNothing(t *testing.T) {
 }
 
 func TestFixRestoresNewestGoodBackup(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
 	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })   // .bak: two, .bak.1: one
@@ -91,6 +93,7 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 }
 
 func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
 	os.Remove(h.path("accounts.json.bak"))
@@ -109,6 +112,7 @@ func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
 }
 
 func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(
 		chatgpt("me", "me@example.com", "cg-1", "at-old", "rt-good-old", time.Hour),
@@ -166,6 +170,7 @@ func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
 }
 
 func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	p := h.write(apiKey("one", "sk-1"), apiKey("two", "sk-2"))
 	now := time.Now().UTC()
@@ -241,6 +246,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 }
 
 func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(
 		chatgpt("good", "g@example.com", "cg-g", "at-g", "rt-good-g", -time.Hour),
@@ -258,7 +264,7 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 	if s, _ := h.secret("acct_aaaa"); s.AccessToken != "at-rt-good-g" || s.RefreshToken != "rt-good-g-next" || !s.ExpiresAt.After(time.Now()) {
 		t.Errorf("refreshed secret not stored: %v", s)
 	}
-	if h.auth.count("rt-good-f") != 0 {
+	if h.auth.RefreshCalls("rt-good-f") != 0 {
 		t.Error("a valid token was refreshed")
 	}
 	// The hard failure: listed, and the account disabled and flagged.
@@ -296,6 +302,7 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 }
 
 func TestFixTightensPermissions(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
 	os.Chmod(h.dir, 0o755)
@@ -313,6 +320,7 @@ func TestFixTightensPermissions(t *testing.T) {
 }
 
 func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
 	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })
@@ -335,6 +343,7 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 // lose a key: here a home from before backups held the current state, its
 // newest backup one account short, and a store truncated mid-account.
 func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"), apiKey("two", "sk-2"), apiKey("three", "sk-3"))
 	full, _ := os.ReadFile(h.path(home.AccountsFile))
@@ -369,6 +378,7 @@ func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
 
 // Whole account objects a damaged store still holds are salvaged too.
 func TestFixSalvagesCompleteAccountsOfTheDamagedFile(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(apiKey("one", "sk-1"))
 	const damaged = `{"version":1,"accounts":[{"id":"acct_aaaa","label":"one","kind":"api-key","enabled":true},` +

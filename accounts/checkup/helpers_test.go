@@ -1,16 +1,12 @@
 package checkup_test
 
 import (
-	"encoding/json"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +14,12 @@ import (
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // testHome is a prepared ROTOR_HOME with its secrets (file backend), a
@@ -30,7 +28,7 @@ type testHome struct {
 	t    *testing.T
 	dir  string
 	sec  secrets.Store
-	auth *fakeAuth
+	auth *oauthtest.Server
 	up   *upstreamtest.Server
 }
 
@@ -49,7 +47,15 @@ func newTestHome(t *testing.T) *testHome {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	return &testHome{t: t, dir: dir, sec: sec, auth: newFakeAuth(t), up: up}
+	auth := oauthtest.New()
+	if err := auth.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { auth.Close() })
+	// A refresh names the new tokens after the spent one ("at-rt-x",
+	// "rt-x-next"), so a test can tell the upstream what to do with them.
+	auth.SetTokenNames(func(rt string) (string, string) { return "at-" + rt, rt + "-next" })
+	return &testHome{t: t, dir: dir, sec: sec, auth: auth, up: up}
 }
 
 // checkup returns a checkup over the home wired like the CLI wires it,
@@ -60,7 +66,7 @@ func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
 		Secrets:     h.sec,
 		SecretsMode: secrets.ModeFile,
 		Runtime:     rotation.NewRuntime(h.dir, rotation.SystemClock{}),
-		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.srv.URL), Secrets: h.sec, Dir: h.dir,
+		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.URL()), Secrets: h.sec, Dir: h.dir,
 			Clock: rotationtest.Real()},
 		Prober: proxy.Prober{ChatGPTBase: h.up.ChatGPTBase(), OpenAIBase: h.up.OpenAIBase()},
 		Alive:  func(pid int) bool { return pid == os.Getpid() },
@@ -126,9 +132,23 @@ func (h *testHome) write(accts ...acct) *accounts.Pool {
 			if err := h.sec.Set(p.Accounts[i].ID, *a.secret); err != nil {
 				h.t.Fatal(err)
 			}
+			h.teachAuth(a.secret.RefreshToken)
 		}
 	}
 	return p
+}
+
+// teachAuth tells the fake token endpoint how to answer refresh token rt,
+// by its prefix: "rt-good..." refreshes, "rt-flaky..." fails with a 503
+// (retryable), and anything else, "rt-dead..." included, is unknown to it
+// and refused for good (invalid_grant).
+func (h *testHome) teachAuth(rt string) {
+	switch {
+	case strings.HasPrefix(rt, "rt-good"):
+		h.auth.AddRefreshToken(rt)
+	case strings.HasPrefix(rt, "rt-flaky"):
+		h.auth.FailRefreshToken(rt, http.StatusServiceUnavailable, `{"error":"temporarily_unavailable"}`)
+	}
 }
 
 // update changes the store through the real store.
@@ -224,63 +244,6 @@ func (h *testHome) sameAs(before map[string]fileState) {
 			h.t.Errorf("%s was created", k)
 		}
 	}
-}
-
-// fakeAuth is a token endpoint: each refresh token is answered by its
-// prefix. "rt-good..." gets new tokens (the access token "at-<refresh>"),
-// "rt-dead..." is refused for good (invalid_grant), "rt-flaky..." fails
-// with a 503 (retryable). Every call is counted.
-type fakeAuth struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func newFakeAuth(t *testing.T) *fakeAuth {
-	f := &fakeAuth{calls: map[string]int{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/oauth/token" || r.Method != http.MethodPost {
-			http.NotFound(w, r)
-			return
-		}
-		r.ParseForm()
-		rt := r.PostForm.Get("refresh_token")
-		f.mu.Lock()
-		f.calls[rt]++
-		f.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		switch {
-		case r.PostForm.Get("grant_type") != "refresh_token" || r.PostForm.Get("client_id") != oauth.ClientID:
-			w.WriteHeader(400)
-			io.WriteString(w, `{"error":"invalid_request"}`)
-		case strings.HasPrefix(rt, "rt-good"):
-			json.NewEncoder(w).Encode(map[string]any{"access_token": "at-" + rt, "refresh_token": rt + "-next", "expires_in": 3600})
-		case strings.HasPrefix(rt, "rt-dead"):
-			w.WriteHeader(400)
-			io.WriteString(w, `{"error":"invalid_grant","error_description":"refresh token expired"}`)
-		default:
-			w.WriteHeader(503)
-			io.WriteString(w, `{"error":"temporarily_unavailable"}`)
-		}
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeAuth) total() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, c := range f.calls {
-		n += c
-	}
-	return n
-}
-
-func (f *fakeAuth) count(rt string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[rt]
 }
 
 // action finds the first action of kind on target (target "" matches any).

@@ -20,6 +20,7 @@ func flagged(a acct, enabled bool) acct {
 }
 
 func TestVerifyFlagged(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.write(
 		flagged(chatgpt("works", "w@example.com", "cg-w", "at-w", "rt-good-w", -time.Hour), false),
@@ -38,8 +39,8 @@ func TestVerifyFlagged(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.sameAs(before)
-	if h.auth.total() != 0 || len(h.up.Requests()) != 0 {
-		t.Errorf("dry run refreshed (%d) or probed (%d)", h.auth.total(), len(h.up.Requests()))
+	if h.auth.TokenCalls("refresh_token") != 0 || len(h.up.Requests()) != 0 {
+		t.Errorf("dry run refreshed (%d) or probed (%d)", h.auth.TokenCalls("refresh_token"), len(h.up.Requests()))
 	}
 	if total, restored, still := dry.Count(); total != 4 || restored != 0 || still != 0 {
 		t.Errorf("dry run counts %d/%d/%d", total, restored, still)
@@ -137,6 +138,7 @@ func TestVerifyFlagged(t *testing.T) {
 }
 
 func TestVerifyFlaggedUnreadableStore(t *testing.T) {
+	t.Parallel()
 	h := newTestHome(t)
 	h.writeFile(home.AccountsFile, "{", 0o600)
 	if _, err := h.checkup().VerifyFlagged(context.Background(), false); err == nil {

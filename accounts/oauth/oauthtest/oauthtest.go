@@ -89,6 +89,8 @@ type Server struct {
 	delay        time.Duration
 	failStatus   int
 	failBody     string
+	failToken    map[string]failure // refresh token -> its own error answer
+	names        func(spent string) (access, refresh string)
 	hold         chan struct{} // non-nil: refresh answers wait until it is closed
 
 	seq        int
@@ -106,6 +108,11 @@ type Server struct {
 	serveDone chan struct{}
 	closed    bool
 	done      chan struct{}
+}
+
+type failure struct {
+	status int
+	body   string
 }
 
 type authCode struct {
@@ -133,6 +140,7 @@ func New() *Server {
 		refresh:   make(map[string]bool),
 		devices:   make(map[string]*deviceAuth),
 		grants:    make(map[string]int),
+		failToken: make(map[string]failure),
 		done:      make(chan struct{}),
 	}
 }
@@ -268,6 +276,26 @@ func (a *Server) FailRefresh(status int, body string) {
 	a.mu.Unlock()
 }
 
+// FailRefreshToken makes grants of refresh token rt alone answer status
+// with body (JSON), without spending it: one account's token endpoint
+// trouble among others that refresh fine.
+func (a *Server) FailRefreshToken(rt string, status int, body string) {
+	a.mu.Lock()
+	a.failToken[rt] = failure{status, body}
+	a.mu.Unlock()
+}
+
+// SetTokenNames makes a refresh grant that spends refresh token spent issue
+// the access and refresh tokens names returns, instead of minted ones, so
+// a test can know an account's next tokens before rotor asks for them
+// (e.g. to make the upstream refuse the new access token). nil restores
+// minted tokens.
+func (a *Server) SetTokenNames(names func(spent string) (access, refresh string)) {
+	a.mu.Lock()
+	a.names = names
+	a.mu.Unlock()
+}
+
 // AddRefreshToken makes rt a valid, unspent refresh token (e.g. the one of
 // testdata/jwt/codex_auth.json).
 func (a *Server) AddRefreshToken(rt string) {
@@ -310,6 +338,20 @@ func (a *Server) TokenRequests() []TokenRequest {
 		out[i] = TokenRequest{ContentType: r.ContentType, Form: cloneValues(r.Form)}
 	}
 	return out
+}
+
+// RefreshCalls counts the refresh_token grants that presented rt,
+// answered or not.
+func (a *Server) RefreshCalls(rt string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, r := range a.tokenReqs {
+		if r.Form.Get("grant_type") == "refresh_token" && r.Form.Get("refresh_token") == rt {
+			n++
+		}
+	}
+	return n
 }
 
 // Authorizations returns copies of the queries of every GET
@@ -499,7 +541,12 @@ func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.V
 	rt := form.Get("refresh_token")
 	a.mu.Lock()
 	spent, known := a.refresh[rt]
+	f, fails := a.failToken[rt]
 	switch {
+	case fails:
+		a.mu.Unlock()
+		writeJSON(w, f.status, []byte(f.body))
+		return
 	case !known:
 		a.mu.Unlock()
 		oauthError(w, http.StatusBadRequest, "invalid_grant", "unknown refresh token")
@@ -511,6 +558,12 @@ func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.V
 	}
 	a.refresh[rt] = true
 	t := a.issueLocked("refresh_token")
+	if a.names != nil {
+		delete(a.refresh, t.RefreshToken)
+		t.AccessToken, t.RefreshToken = a.names(rt)
+		a.refresh[t.RefreshToken] = false
+		a.issued[len(a.issued)-1] = t
+	}
 	a.mu.Unlock()
 	a.writeTokens(w, t)
 }
