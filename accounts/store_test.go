@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,21 +191,9 @@ func TestUpdateErrorWritesNothing(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Update error = %v, want the callback's error", err)
 	}
-	if after := snapshot(t, st.Dir()); !mapsEqual(before, after) {
+	if after := snapshot(t, st.Dir()); !maps.Equal(before, after) {
 		t.Errorf("a failed Update changed the home:\nbefore %q\nafter  %q", before, after)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestUnreadableStoreNeverOverwritten proves that a store that cannot be read
@@ -300,7 +289,7 @@ func TestUnreadableStoreNeverOverwritten(t *testing.T) {
 				}
 				return
 			}
-			if after := snapshot(t, st.Dir()); !mapsEqual(before, after) {
+			if after := snapshot(t, st.Dir()); !maps.Equal(before, after) {
 				t.Errorf("the home changed:\nbefore %q\nafter  %q", before, after)
 			}
 		})
@@ -470,7 +459,7 @@ func TestUpdateHoldsLock(t *testing.T) {
 	if d := time.Since(start); d < st.LockTimeout {
 		t.Errorf("Update gave up after %v, before its %v timeout", d, st.LockTimeout)
 	}
-	if after := snapshot(t, st.Dir()); !mapsEqual(before, after) {
+	if after := snapshot(t, st.Dir()); !maps.Equal(before, after) {
 		t.Errorf("Update wrote without the lock:\nbefore %q\nafter  %q", before, after)
 	}
 	l.Unlock()

@@ -13,13 +13,14 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 )
 
 func TestDoctorHealthy(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("work", "sk-work"), chatgpt("me", "me@example.com", "cg-1", "at-1", "rt-good-1", 9*24*time.Hour))
-	before := h.snapshot()
+	h.write(hometest.APIKey("work", "sk-work"), hometest.ChatGPT("me", "me@example.com", "cg-1", "at-1", "rt-good-1", 9*24*time.Hour))
+	before := h.Files()
 	res := h.checkup().Doctor(context.Background())
 	if res.Failed() {
 		t.Fatalf("healthy home fails: %+v", res.Checks)
@@ -37,24 +38,24 @@ func TestDoctorHealthy(t *testing.T) {
 	if ok != len(res.Checks) || warn != 0 || errs != 0 {
 		t.Errorf("count %d/%d/%d of %d", ok, warn, errs, len(res.Checks))
 	}
-	h.sameAs(before) // doctor changes nothing
+	h.SameAs(before) // doctor changes nothing
 }
 
 func TestDoctorFindsEveryProblem(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
 	p := h.write(
-		apiKey("work", "sk-work"),
-		chatgpt("me", "Me@Example.com", "cg-1", "at-1", "rt-good-1", -time.Hour), // expired, refreshable
-		chatgpt("me-again", "me@example.com", "cg-1", "at-2", "", -time.Hour),    // duplicate of 2; expired, no refresh token
-		acct{kind: accounts.KindAPIKey, label: "lost", enabled: true},            // no secret
-		acct{kind: accounts.KindAPIKey, label: "bad", enabled: false, flag: accounts.FlagTokenInvalid, secret: &secrets0},
+		hometest.APIKey("work", "sk-work"),
+		hometest.ChatGPT("me", "Me@Example.com", "cg-1", "at-1", "rt-good-1", -time.Hour), // expired, refreshable
+		hometest.ChatGPT("me-again", "me@example.com", "cg-1", "at-2", "", -time.Hour),    // duplicate of 2; expired, no refresh token
+		hometest.Account{Kind: accounts.KindAPIKey, Label: "lost", Enabled: true},         // no secret
+		hometest.Account{Kind: accounts.KindAPIKey, Label: "bad", Enabled: false, Flag: accounts.FlagTokenInvalid, Secret: &secrets0},
 	)
-	h.update(func(p *accounts.Pool) { id := p.Accounts[4].ID; p.PinnedAccountID = &id })
-	h.sec.Set("acct_orphan", secrets0)
-	os.Chmod(h.dir, 0o755)
-	os.Chmod(h.path("secrets.json"), 0o644)
-	home.WriteInfo(h.dir, home.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
+	h.Update(func(p *accounts.Pool) { id := p.Accounts[4].ID; p.PinnedAccountID = &id })
+	h.Secrets.Set("acct_orphan", secrets0)
+	os.Chmod(h.Dir, 0o755)
+	os.Chmod(h.Path("secrets.json"), 0o644)
+	home.WriteInfo(h.Dir, home.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
 	_ = p
 
 	res := h.checkup().Doctor(context.Background())
@@ -84,7 +85,7 @@ func TestDoctorFindsEveryProblem(t *testing.T) {
 	for _, c := range res.Checks {
 		for _, secret := range []string{"sk-work", "at-1", "rt-good-1", "at-2"} {
 			if strings.Contains(c.Detail, secret) {
-				t.Errorf("%s leaks a secret: %q", c.Name, c.Detail)
+				t.Errorf("%s leaks a Secret: %q", c.Name, c.Detail)
 			}
 		}
 	}
@@ -95,9 +96,9 @@ var secrets0 = secretsOf("sk-flagged")
 func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("work", "sk-work"))
-	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "renamed" }) // accounts.json.bak now has 1 account
-	h.writeFile(home.AccountsFile, `{"version":1,"accounts":[`, 0o600)
+	h.write(hometest.APIKey("work", "sk-work"))
+	h.Update(func(p *accounts.Pool) { p.Accounts[0].Label = "renamed" }) // accounts.json.bak now has 1 account
+	h.WriteFile(home.AccountsFile, `{"version":1,"accounts":[`, 0o600)
 	res := h.checkup().Doctor(context.Background())
 	c := check(res, "store")
 	if c.Status != checkup.StatusError || !strings.Contains(c.Detail, "restores accounts.json.bak (1 account)") {
@@ -139,9 +140,9 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 	}))
 	defer srv.Close()
 	h := newTestHome(t)
-	h.write(apiKey("work", "sk-work"))
+	h.write(hometest.APIKey("work", "sk-work"))
 
-	home.WriteInfo(h.dir, home.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: key})
+	home.WriteInfo(h.Dir, home.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: key})
 	if c := check(h.checkup().Doctor(context.Background()), "proxy"); c.Status != checkup.StatusOK {
 		t.Errorf("reachable proxy: %s %q", c.Status, c.Detail)
 	}
@@ -149,7 +150,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 		t.Errorf("doctor sent Authorization %q", gotAuth)
 	}
 
-	home.WriteInfo(h.dir, home.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: "wrong"})
+	home.WriteInfo(h.Dir, home.Info{URL: srv.URL + "/v1", PID: os.Getpid(), ClientKey: "wrong"})
 	if c := check(h.checkup().Doctor(context.Background()), "proxy"); c.Status != checkup.StatusError || !strings.Contains(c.Detail, "401") {
 		t.Errorf("wrong key: %s %q", c.Status, c.Detail)
 	}
@@ -157,7 +158,7 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 	// A proxy that accepts and never answers: the check is bounded.
 	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer hang.Close()
-	home.WriteInfo(h.dir, home.Info{URL: hang.URL + "/v1", PID: os.Getpid(), ClientKey: key})
+	home.WriteInfo(h.Dir, home.Info{URL: hang.URL + "/v1", PID: os.Getpid(), ClientKey: key})
 	start := time.Now()
 	c := check(h.checkup(func(d *checkup.Deps) { d.ProxyTimeout = 300 * time.Millisecond }).Doctor(context.Background()), "proxy")
 	if c.Status != checkup.StatusError || time.Since(start) > 5*time.Second {
@@ -171,9 +172,9 @@ func TestDoctorReachesRunningProxy(t *testing.T) {
 func TestStoreHealth(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("work", "sk-work"), acct{kind: accounts.KindAPIKey, label: "lost", enabled: false},
-		acct{kind: accounts.KindAPIKey, label: "f", enabled: true, flag: "token-invalid", secret: &secrets0})
-	h.sec.Set("acct_orphan", secrets0)
+	h.write(hometest.APIKey("work", "sk-work"), hometest.Account{Kind: accounts.KindAPIKey, Label: "lost", Enabled: false},
+		hometest.Account{Kind: accounts.KindAPIKey, Label: "f", Enabled: true, Flag: "token-invalid", Secret: &secrets0})
+	h.Secrets.Set("acct_orphan", secrets0)
 	s := h.checkup().Store()
 	if !s.Readable || s.Accounts != 3 || s.Enabled != 2 || s.Disabled != 1 || s.Flagged != 1 || s.GoodBackups != 1 {
 		t.Errorf("health %+v", s)
@@ -181,7 +182,7 @@ func TestStoreHealth(t *testing.T) {
 	if len(s.MissingSecrets) != 1 || s.MissingSecrets[0] != 2 || s.OrphanedSecrets == nil || *s.OrphanedSecrets != 1 {
 		t.Errorf("secrets: missing %v orphaned %v", s.MissingSecrets, s.OrphanedSecrets)
 	}
-	h.writeFile(home.AccountsFile, "garbage", 0o600)
+	h.WriteFile(home.AccountsFile, "garbage", 0o600)
 	if s := h.checkup().Store(); s.Readable || s.Error == nil {
 		t.Errorf("unreadable store reported as %+v", s)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 )
 
 // The same API key twice is found by its stored fingerprint: doctor warns,
@@ -17,7 +18,7 @@ import (
 func TestDuplicateKeysFoundByFingerprint(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	p := h.write(apiKey("a", "sk-same"), apiKey("b", "sk-other"), apiKey("c", "sk-same"))
+	p := h.write(hometest.APIKey("a", "sk-same"), hometest.APIKey("b", "sk-other"), hometest.APIKey("c", "sk-same"))
 	c := check(h.checkup().Doctor(context.Background()), "duplicates")
 	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, "accounts 1 and 3 hold the same API key") {
 		t.Fatalf("doctor duplicates = %+v", c)
@@ -30,11 +31,11 @@ func TestDuplicateKeysFoundByFingerprint(t *testing.T) {
 	if a == nil || a.Status != checkup.ActionDone || !strings.Contains(a.Detail, "the same API key as account 1") {
 		t.Fatalf("no merge of account 3: %+v", res.Actions)
 	}
-	after := h.pool()
+	after := h.Pool()
 	if len(after.Accounts) != 2 || after.Accounts[0].Label != "a" || after.Accounts[1].Label != "b" {
 		t.Fatalf("after fix: %+v", after.Accounts)
 	}
-	if _, ok := h.secret(p.Accounts[2].ID); !ok {
+	if _, ok := h.Secret(p.Accounts[2].ID); !ok {
 		t.Error("the merged duplicate's secret was deleted")
 	}
 	if c := check(h.checkup().Doctor(context.Background()), "duplicates"); c.Status != checkup.StatusOK {
@@ -47,9 +48,9 @@ func TestDuplicateKeysFoundByFingerprint(t *testing.T) {
 func TestFixFingerprintsLegacyKeys(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	old := apiKey("old", "sk-same")
-	old.legacy = true
-	h.write(apiKey("new", "sk-same"), apiKey("other", "sk-other"), old)
+	old := hometest.APIKey("old", "sk-same")
+	old.NoFingerprint = true
+	h.write(hometest.APIKey("new", "sk-same"), hometest.APIKey("other", "sk-other"), old)
 	c := check(h.checkup().Doctor(context.Background()), "duplicates")
 	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, "API-key account 3 has no key fingerprint yet") {
 		t.Fatalf("doctor duplicates = %+v", c)
@@ -64,7 +65,7 @@ func TestFixFingerprintsLegacyKeys(t *testing.T) {
 	if a := action(res, checkup.ActionMergeDuplicate, "account 3 (old)"); a == nil || a.Status != checkup.ActionDone {
 		t.Errorf("legacy duplicate not merged: %+v", res.Actions)
 	}
-	if n := len(h.pool().Accounts); n != 2 {
+	if n := len(h.Pool().Accounts); n != 2 {
 		t.Errorf("%d accounts after fix, want 2", n)
 	}
 	if c := check(h.checkup().Doctor(context.Background()), "duplicates"); c.Status != checkup.StatusOK {
@@ -77,11 +78,11 @@ func TestFixFingerprintsLegacyKeys(t *testing.T) {
 func TestLeftoverSecretTempFiles(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("a", "sk-a"))
+	h.write(hometest.APIKey("a", "sk-a"))
 	now := time.Now()
-	h.writeFile(".secrets.json.tmp-111", `{"version":1,"secrets":{}}`, 0o600)
-	os.Chtimes(h.path(".secrets.json.tmp-111"), now.Add(-time.Hour), now.Add(-time.Hour))
-	h.writeFile(".secrets.json.tmp-222", "in progress", 0o600)
+	h.WriteFile(".secrets.json.tmp-111", `{"version":1,"secrets":{}}`, 0o600)
+	os.Chtimes(h.Path(".secrets.json.tmp-111"), now.Add(-time.Hour), now.Add(-time.Hour))
+	h.WriteFile(".secrets.json.tmp-222", "in progress", 0o600)
 	c := check(h.checkup().Doctor(context.Background()), "temp_files")
 	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, ".secrets.json.tmp-111") ||
 		!strings.Contains(c.Detail, "hold keys") || strings.Contains(c.Detail, "tmp-222") {
@@ -91,10 +92,10 @@ func TestLeftoverSecretTempFiles(t *testing.T) {
 	if a := action(res, checkup.ActionRemoveTemp, ".secrets.json.tmp-111"); a == nil || a.Status != checkup.ActionDone {
 		t.Fatalf("not removed: %+v", res.Actions)
 	}
-	if _, err := os.Stat(h.path(".secrets.json.tmp-111")); err == nil {
+	if _, err := os.Stat(h.Path(".secrets.json.tmp-111")); err == nil {
 		t.Error(".secrets.json.tmp-111 still there")
 	}
-	if _, err := os.Stat(h.path(".secrets.json.tmp-222")); err != nil {
+	if _, err := os.Stat(h.Path(".secrets.json.tmp-222")); err != nil {
 		t.Error("a temp file of a write in progress was removed")
 	}
 	if c := check(h.checkup().Doctor(context.Background()), "temp_files"); c.Status != "missing" {
@@ -117,11 +118,11 @@ func TestDoctorCodexLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fixture's login: ada@example.com in workspace 7f3c2a10-….
-	ada := chatgpt("ada", "ada@example.com", "7f3c2a10-5b6e-4d8f-9a01-fixture00001", "at", "rt", time.Hour)
-	other := chatgpt("bob", "bob@example.com", "another-workspace", "at2", "rt2", time.Hour)
-	gone := chatgpt("carol", "carol@example.com", "cg-carol", "at3", "rt3", time.Hour)
+	ada := hometest.ChatGPT("ada", "ada@example.com", "7f3c2a10-5b6e-4d8f-9a01-fixture00001", "at", "rt", time.Hour)
+	other := hometest.ChatGPT("bob", "bob@example.com", "another-workspace", "at2", "rt2", time.Hour)
+	gone := hometest.ChatGPT("carol", "carol@example.com", "cg-carol", "at3", "rt3", time.Hour)
 	h.write(ada, other, gone)
-	h.update(func(p *accounts.Pool) {
+	h.Update(func(p *accounts.Pool) {
 		p.Accounts[0].CodexAuthFile = linked
 		p.Accounts[1].CodexAuthFile = linked
 		p.Accounts[2].CodexAuthFile = filepath.Join(dir, "missing", "auth.json")

@@ -12,6 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
@@ -20,10 +21,10 @@ import (
 // refreshed nothing, then runs it for real.
 func dryThenReal(t *testing.T, h *testHome) (dry, real checkup.FixResult) {
 	t.Helper()
-	before := h.snapshot()
+	before := h.Files()
 	calls := h.auth.TokenCalls("refresh_token")
 	dry = h.checkup().Fix(context.Background(), checkup.FixOptions{DryRun: true})
-	h.sameAs(before)
+	h.SameAs(before)
 	if h.auth.TokenCalls("refresh_token") != calls {
 		t.Errorf("the dry run called the token endpoint")
 	}
@@ -42,25 +43,25 @@ func dryThenReal(t *testing.T, h *testHome) (dry, real checkup.FixResult) {
 func TestFixHealthyHomeDoesNothing(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("work", "sk-work"), chatgpt("me", "me@example.com", "cg-1", "at-1", "rt-good-1", time.Hour))
-	before := h.snapshot()
+	h.write(hometest.APIKey("work", "sk-work"), hometest.ChatGPT("me", "me@example.com", "cg-1", "at-1", "rt-good-1", time.Hour))
+	before := h.Files()
 	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	if len(res.Actions) != 0 || res.Changed() || res.Failed() {
 		t.Errorf("healthy home: %+v", res.Actions)
 	}
-	h.sameAs(before)
+	h.SameAs(before)
 }
 
 func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("one", "sk-1"))
-	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })   // .bak: two, .bak.1: one
-	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "three" }) // .bak: three, .bak.1: two, .bak.2: one
-	good, _ := os.ReadFile(h.path("accounts.json.bak.1"))
-	h.writeFile("accounts.json.bak", "{broken", 0o600) // the newest backup is damaged too
-	const corrupt = `{"version":1,"accounts":[{"id":"acct_aaaa"` + "\x00garbage"
-	h.writeFile(home.AccountsFile, corrupt, 0o600)
+	h.write(hometest.APIKey("one", "sk-1"))
+	h.Update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })   // .bak: two, .bak.1: one
+	h.Update(func(p *accounts.Pool) { p.Accounts[0].Label = "three" }) // .bak: three, .bak.1: two, .bak.2: one
+	good, _ := os.ReadFile(h.Path("accounts.json.bak.1"))
+	h.WriteFile("accounts.json.bak", "{broken", 0o600) // the newest backup is damaged too
+	const corrupt = `{"version":1,"accounts":[{"id":"acct_1"` + "\x00garbage"
+	h.WriteFile(home.AccountsFile, corrupt, 0o600)
 
 	dry, res := dryThenReal(t, h)
 	if a := action(dry, checkup.ActionRestoreStore, ""); a == nil || !strings.Contains(a.Detail, "accounts.json.bak.1") {
@@ -70,24 +71,24 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 	if a == nil || a.Status != checkup.ActionDone || res.Failed() {
 		t.Fatalf("restore: %+v", res.Actions)
 	}
-	if got, _ := os.ReadFile(h.path(home.AccountsFile)); string(got) != string(good) {
+	if got, _ := os.ReadFile(h.Path(home.AccountsFile)); string(got) != string(good) {
 		t.Errorf("accounts.json is not the newest good backup:\n%s", got)
 	}
-	if h.pool().Accounts[0].Label != "two" {
-		t.Errorf("restored pool: %+v", h.pool())
+	if h.Pool().Accounts[0].Label != "two" {
+		t.Errorf("restored pool: %+v", h.Pool())
 	}
-	aside, _ := filepath.Glob(h.path("accounts.json.corrupt-*"))
+	aside, _ := filepath.Glob(h.Path("accounts.json.corrupt-*"))
 	if len(aside) != 1 {
 		t.Fatalf("damaged file not kept: %v", aside)
 	}
 	if got, _ := os.ReadFile(aside[0]); string(got) != corrupt {
 		t.Errorf("the kept file differs from the damaged one")
 	}
-	if fi, _ := os.Stat(h.path(home.AccountsFile)); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(h.Path(home.AccountsFile)); fi.Mode().Perm() != 0o600 {
 		t.Errorf("restored file mode %v", fi.Mode().Perm())
 	}
 	// The secret stays: it belongs to the restored account.
-	if _, ok := h.secret("acct_aaaa"); !ok {
+	if _, ok := h.Secret("acct_1"); !ok {
 		t.Error("the account's secret was removed")
 	}
 }
@@ -95,10 +96,10 @@ func TestFixRestoresNewestGoodBackup(t *testing.T) {
 func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("one", "sk-1"))
-	os.Remove(h.path("accounts.json.bak"))
-	h.writeFile(home.AccountsFile, "{not json", 0o600)
-	before := h.snapshot()
+	h.write(hometest.APIKey("one", "sk-1"))
+	os.Remove(h.Path("accounts.json.bak"))
+	h.WriteFile(home.AccountsFile, "{not json", 0o600)
+	before := h.Files()
 	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
 	a := action(res, checkup.ActionRestoreStore, "")
 	if a == nil || a.Status != checkup.ActionFailed || !res.Failed() || !strings.Contains(a.Error, "no backup is readable") {
@@ -108,21 +109,21 @@ func TestFixWithoutGoodBackupTouchesNothing(t *testing.T) {
 	if action(res, checkup.ActionRemoveOrphan, "") != nil {
 		t.Error("fix removed secrets while the store was unreadable")
 	}
-	h.sameAs(before)
+	h.SameAs(before)
 }
 
 func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
 	h.write(
-		chatgpt("me", "me@example.com", "cg-1", "at-old", "rt-good-old", time.Hour),
-		apiKey("work", "sk-work"),
-		chatgpt("me-again", "ME@example.com", "cg-1", "at-new", "rt-good-new", 5*time.Hour), // same login, newer tokens
-		apiKey("work2", "sk-work2"), // API keys are never duplicates of each other
+		hometest.ChatGPT("me", "me@example.com", "cg-1", "at-old", "rt-good-old", time.Hour),
+		hometest.APIKey("work", "sk-work"),
+		hometest.ChatGPT("me-again", "ME@example.com", "cg-1", "at-new", "rt-good-new", 5*time.Hour), // same login, newer tokens
+		hometest.APIKey("work2", "sk-work2"),                                                         // API keys are never duplicates of each other
 	)
-	h.update(func(p *accounts.Pool) { id := p.Accounts[2].ID; p.PinnedAccountID = &id })
-	gen := h.pool().AffinityGeneration
-	h.sec.Set("acct_gone", secretsOf("sk-gone"))
+	h.Update(func(p *accounts.Pool) { id := p.Accounts[2].ID; p.PinnedAccountID = &id })
+	gen := h.Pool().AffinityGeneration
+	h.Secrets.Set("acct_gone", secretsOf("sk-gone"))
 
 	dry, res := dryThenReal(t, h)
 	if action(dry, checkup.ActionMergeDuplicate, "account 3") == nil || action(dry, checkup.ActionRemoveOrphan, "acct_gone") == nil {
@@ -131,20 +132,20 @@ func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
 	if res.Failed() || !res.Changed() {
 		t.Fatalf("fix: %+v", res.Actions)
 	}
-	p := h.pool()
-	if len(p.Accounts) != 3 || p.Accounts[0].ID != "acct_aaaa" || p.Accounts[2].Label != "work2" {
+	p := h.Pool()
+	if len(p.Accounts) != 3 || p.Accounts[0].ID != "acct_1" || p.Accounts[2].Label != "work2" {
 		t.Fatalf("pool after merge: %+v", p.Accounts)
 	}
-	if p.PinnedAccountID == nil || *p.PinnedAccountID != "acct_aaaa" || p.AffinityGeneration != gen+1 {
+	if p.PinnedAccountID == nil || *p.PinnedAccountID != "acct_1" || p.AffinityGeneration != gen+1 {
 		t.Errorf("pin not carried over: %v (generation %d)", p.PinnedAccountID, p.AffinityGeneration)
 	}
-	if s, _ := h.secret("acct_aaaa"); s.RefreshToken != "rt-good-new" {
+	if s, _ := h.Secret("acct_1"); s.RefreshToken != "rt-good-new" {
 		t.Errorf("kept account has refresh token %q, want the newer login's", s.RefreshToken)
 	}
-	// No repair deletes a secret: the merged duplicate's and the orphan
+	// No repair deletes a Secret: the merged duplicate's and the orphan
 	// stay, the orphan listed for --prune-secrets.
-	for _, id := range []string{"acct_bbbb", "acct_cccc", "acct_gone"} {
-		if _, ok := h.secret(id); !ok {
+	for _, id := range []string{"acct_2", "acct_3", "acct_gone"} {
+		if _, ok := h.Secret(id); !ok {
 			t.Errorf("secret %s was deleted", id)
 		}
 	}
@@ -157,10 +158,10 @@ func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
 	if a := action(pruned, checkup.ActionRemoveOrphan, "acct_gone"); a == nil || a.Status != checkup.ActionDone || len(pruned.Actions) != 1 {
 		t.Errorf("prune: %+v", pruned.Actions)
 	}
-	if _, ok := h.secret("acct_gone"); ok {
+	if _, ok := h.Secret("acct_gone"); ok {
 		t.Error("--prune-secrets kept the orphan")
 	}
-	if _, ok := h.secret("acct_cccc"); !ok {
+	if _, ok := h.Secret("acct_3"); !ok {
 		t.Error("--prune-secrets deleted a secret a backup names")
 	}
 	// Nothing left to do.
@@ -172,7 +173,7 @@ func TestFixMergesDuplicatesAndListsOrphans(t *testing.T) {
 func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	p := h.write(apiKey("one", "sk-1"), apiKey("two", "sk-2"))
+	p := h.write(hometest.APIKey("one", "sk-1"), hometest.APIKey("two", "sk-2"))
 	now := time.Now().UTC()
 	state := map[string]any{"version": 1, "accounts": map[string]any{
 		p.Accounts[0].ID: map[string]any{"cooldown_until": now.Add(-time.Minute), "cooldown_reason": "server-error",
@@ -181,19 +182,19 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 		"acct_removed":   map[string]any{"health": 50},
 	}}
 	data, _ := json.Marshal(state)
-	h.writeFile(home.StateFile, string(data), 0o600)
-	h.writeFile(".refresh-acct_removed.lock", "", 0o600)
-	h.writeFile(".refresh-acct_held.lock", "", 0o600)
-	h.writeFile(".refresh-"+p.Accounts[0].ID+".lock", "", 0o600)
-	held, err := home.LockFile(h.path(".refresh-acct_held.lock"), false, time.Second)
+	h.WriteFile(home.StateFile, string(data), 0o600)
+	h.WriteFile(".refresh-acct_removed.lock", "", 0o600)
+	h.WriteFile(".refresh-acct_held.lock", "", 0o600)
+	h.WriteFile(".refresh-"+p.Accounts[0].ID+".lock", "", 0o600)
+	held, err := home.LockFile(h.Path(".refresh-acct_held.lock"), false, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Unlock()
-	h.writeFile(".accounts.json.tmp-123", "old", 0o600)
-	os.Chtimes(h.path(".accounts.json.tmp-123"), now.Add(-time.Hour), now.Add(-time.Hour))
-	h.writeFile(".secrets.json.tmp-456", "in progress", 0o600) // fresh: a live writer's
-	home.WriteInfo(h.dir, home.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
+	h.WriteFile(".accounts.json.tmp-123", "old", 0o600)
+	os.Chtimes(h.Path(".accounts.json.tmp-123"), now.Add(-time.Hour), now.Add(-time.Hour))
+	h.WriteFile(".secrets.json.tmp-456", "in progress", 0o600) // fresh: a live writer's
+	home.WriteInfo(h.Dir, home.Info{URL: "http://127.0.0.1:1/v1", PID: 999999, ClientKey: "k"})
 
 	_, res := dryThenReal(t, h)
 	if res.Failed() {
@@ -213,7 +214,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 	var after struct {
 		Accounts map[string]map[string]any `json:"accounts"`
 	}
-	raw, _ := os.ReadFile(h.path(home.StateFile))
+	raw, _ := os.ReadFile(h.Path(home.StateFile))
 	if err := json.Unmarshal(raw, &after); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 		t.Error("state of a removed account kept")
 	}
 	// The runtime still reads the file.
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.Dir, rotation.SystemClock{})
 	if err := rt.Sync(nil); err != nil || rt.Snapshot(p.Accounts[1].ID).RateLimitedUntil.IsZero() {
 		t.Errorf("runtime cannot read the cleaned state: %v", err)
 	}
@@ -239,7 +240,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 		".refresh-acct_removed.lock": false, ".refresh-acct_held.lock": true, ".refresh-" + p.Accounts[0].ID + ".lock": true,
 		".accounts.json.tmp-123": false, ".secrets.json.tmp-456": true, "proxy.json": false, ".lock": true,
 	} {
-		if _, err := os.Stat(h.path(name)); (err == nil) != want {
+		if _, err := os.Stat(h.Path(name)); (err == nil) != want {
 			t.Errorf("%s exists: %v, want %v", name, err == nil, want)
 		}
 	}
@@ -249,10 +250,10 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
 	h.write(
-		chatgpt("good", "g@example.com", "cg-g", "at-g", "rt-good-g", -time.Hour),
-		chatgpt("dead", "d@example.com", "cg-d", "at-d", "rt-dead-d", -time.Minute),
-		chatgpt("fresh", "f@example.com", "cg-f", "at-f", "rt-good-f", time.Hour),
-		chatgpt("flaky", "x@example.com", "cg-x", "at-x", "rt-flaky-x", -time.Minute),
+		hometest.ChatGPT("good", "g@example.com", "cg-g", "at-g", "rt-good-g", -time.Hour),
+		hometest.ChatGPT("dead", "d@example.com", "cg-d", "at-d", "rt-dead-d", -time.Minute),
+		hometest.ChatGPT("fresh", "f@example.com", "cg-f", "at-f", "rt-good-f", time.Hour),
+		hometest.ChatGPT("flaky", "x@example.com", "cg-x", "at-x", "rt-flaky-x", -time.Minute),
 	)
 	dry, res := dryThenReal(t, h)
 	if n := len(dry.Actions); n != 3 {
@@ -261,7 +262,7 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 	if a := action(res, checkup.ActionRefreshToken, "good"); a == nil || a.Status != checkup.ActionDone {
 		t.Errorf("good refresh: %+v", res.Actions)
 	}
-	if s, _ := h.secret("acct_aaaa"); s.AccessToken != "at-rt-good-g" || s.RefreshToken != "rt-good-g-next" || !s.ExpiresAt.After(time.Now()) {
+	if s, _ := h.Secret("acct_1"); s.AccessToken != "at-rt-good-g" || s.RefreshToken != "rt-good-g-next" || !s.ExpiresAt.After(time.Now()) {
 		t.Errorf("refreshed secret not stored: %v", s)
 	}
 	if h.auth.RefreshCalls("rt-good-f") != 0 {
@@ -274,7 +275,7 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 	if a := action(res, checkup.ActionDisableAccount, "dead"); a == nil || a.Status != checkup.ActionDone {
 		t.Errorf("dead account not disabled: %+v", res.Actions)
 	}
-	p := h.pool()
+	p := h.Pool()
 	if r, ok := p.Accounts[1].Flagged(); p.Accounts[1].Enabled || !ok || r != accounts.FlagTokenInvalid {
 		t.Errorf("dead account: %+v", p.Accounts[1])
 	}
@@ -289,9 +290,9 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 		t.Error("failed refreshes should fail the fix")
 	}
 	// Running proxies learn that the tokens changed.
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.Dir, rotation.SystemClock{})
 	rt.Sync(nil)
-	if rt.TokensAt("acct_aaaa").IsZero() {
+	if rt.TokensAt("acct_1").IsZero() {
 		t.Error("tokens_at not recorded in state.json")
 	}
 	for _, a := range res.Actions {
@@ -304,17 +305,17 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 func TestFixTightensPermissions(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("one", "sk-1"))
-	os.Chmod(h.dir, 0o755)
-	os.Chmod(h.path("secrets.json"), 0o644)
+	h.write(hometest.APIKey("one", "sk-1"))
+	os.Chmod(h.Dir, 0o755)
+	os.Chmod(h.Path("secrets.json"), 0o644)
 	_, res := dryThenReal(t, h)
 	if len(res.Actions) != 2 || res.Failed() {
 		t.Errorf("chmod actions: %+v", res.Actions)
 	}
-	if fi, _ := os.Stat(h.dir); fi.Mode().Perm() != 0o700 {
+	if fi, _ := os.Stat(h.Dir); fi.Mode().Perm() != 0o700 {
 		t.Errorf("home mode %v", fi.Mode().Perm())
 	}
-	if fi, _ := os.Stat(h.path("secrets.json")); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(h.Path("secrets.json")); fi.Mode().Perm() != 0o600 {
 		t.Errorf("secrets.json mode %v", fi.Mode().Perm())
 	}
 }
@@ -322,18 +323,18 @@ func TestFixTightensPermissions(t *testing.T) {
 func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("one", "sk-1"))
-	h.update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })
+	h.write(hometest.APIKey("one", "sk-1"))
+	h.Update(func(p *accounts.Pool) { p.Accounts[0].Label = "two" })
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	h.writeFile("accounts.json.corrupt-20260301T120000Z", "earlier", 0o600)
-	h.writeFile(home.AccountsFile, "{later", 0o600)
+	h.WriteFile("accounts.json.corrupt-20260301T120000Z", "earlier", 0o600)
+	h.WriteFile(home.AccountsFile, "{later", 0o600)
 	res := h.checkup(func(d *checkup.Deps) { d.Clock = rotationtest.Frozen(at) }).Fix(context.Background(), checkup.FixOptions{})
 	if a := action(res, checkup.ActionRestoreStore, ""); a == nil || a.Status != checkup.ActionDone ||
 		!strings.Contains(a.Detail, "accounts.json.corrupt-20260301T120000Z-1") {
 		t.Fatalf("restore: %+v", res.Actions)
 	}
 	for name, want := range map[string]string{"accounts.json.corrupt-20260301T120000Z": "earlier", "accounts.json.corrupt-20260301T120000Z-1": "{later"} {
-		if got, _ := os.ReadFile(h.path(name)); string(got) != want {
+		if got, _ := os.ReadFile(h.Path(name)); string(got) != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
@@ -345,15 +346,15 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("one", "sk-1"), apiKey("two", "sk-2"), apiKey("three", "sk-3"))
-	full, _ := os.ReadFile(h.path(home.AccountsFile))
+	h.write(hometest.APIKey("one", "sk-1"), hometest.APIKey("two", "sk-2"), hometest.APIKey("three", "sk-3"))
+	full, _ := os.ReadFile(h.Path(home.AccountsFile))
 	// The newest backup is one change behind (two accounts), an older
 	// one has all three.
-	h.update(func(p *accounts.Pool) { p.Accounts = p.Accounts[:2] })
-	short, _ := os.ReadFile(h.path(home.AccountsFile))
-	h.writeFile("accounts.json.bak.1", string(full), 0o600)
-	h.writeFile("accounts.json.bak", string(short), 0o600)
-	h.writeFile(home.AccountsFile, `{"version":1,"accounts":[{"id":`, 0o600)
+	h.Update(func(p *accounts.Pool) { p.Accounts = p.Accounts[:2] })
+	short, _ := os.ReadFile(h.Path(home.AccountsFile))
+	h.WriteFile("accounts.json.bak.1", string(full), 0o600)
+	h.WriteFile("accounts.json.bak", string(short), 0o600)
+	h.WriteFile(home.AccountsFile, `{"version":1,"accounts":[{"id":`, 0o600)
 
 	dry, res := dryThenReal(t, h)
 	if a := action(dry, checkup.ActionRestoreStore, ""); a == nil || !strings.Contains(a.Detail, "salvage 1 account (three)") {
@@ -362,12 +363,12 @@ func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
 	if res.Failed() {
 		t.Fatalf("fix: %+v", res.Actions)
 	}
-	p := h.pool()
+	p := h.Pool()
 	if len(p.Accounts) != 3 || p.Accounts[2].Label != "three" {
 		t.Fatalf("restored pool %+v", p.Accounts)
 	}
-	for _, id := range []string{"acct_aaaa", "acct_bbbb", "acct_cccc"} {
-		if _, ok := h.secret(id); !ok {
+	for _, id := range []string{"acct_1", "acct_2", "acct_3"} {
+		if _, ok := h.Secret(id); !ok {
 			t.Errorf("secret %s was lost", id)
 		}
 	}
@@ -380,12 +381,12 @@ func TestFixSalvagesWhatTheNewestBackupLacks(t *testing.T) {
 func TestFixSalvagesCompleteAccountsOfTheDamagedFile(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.write(apiKey("one", "sk-1"))
-	const damaged = `{"version":1,"accounts":[{"id":"acct_aaaa","label":"one","kind":"api-key","enabled":true},` +
+	h.write(hometest.APIKey("one", "sk-1"))
+	const damaged = `{"version":1,"accounts":[{"id":"acct_1","label":"one","kind":"api-key","enabled":true},` +
 		`{"id":"acct_zzzz","label":"late","kind":"api-key","enabled":true},{"id":"acct_yy`
-	h.writeFile(home.AccountsFile, damaged, 0o600)
+	h.WriteFile(home.AccountsFile, damaged, 0o600)
 	res := h.checkup().Fix(context.Background(), checkup.FixOptions{})
-	p := h.pool()
+	p := h.Pool()
 	if res.Failed() || len(p.Accounts) != 2 || p.Accounts[1].ID != "acct_zzzz" || p.Accounts[1].Label != "late" {
 		t.Errorf("pool %+v after %+v", p.Accounts, res.Actions)
 	}

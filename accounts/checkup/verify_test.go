@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -14,8 +15,8 @@ import (
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-func flagged(a acct, enabled bool) acct {
-	a.flag, a.enabled = accounts.FlagTokenInvalid, enabled
+func flagged(a hometest.Account, enabled bool) hometest.Account {
+	a.Flag, a.Enabled = accounts.FlagTokenInvalid, enabled
 	return a
 }
 
@@ -23,22 +24,22 @@ func TestVerifyFlagged(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
 	h.write(
-		flagged(chatgpt("works", "w@example.com", "cg-w", "at-w", "rt-good-w", -time.Hour), false),
-		flagged(chatgpt("dead", "d@example.com", "cg-d", "at-d", "rt-dead-d", time.Hour), true),
-		flagged(chatgpt("refused", "r@example.com", "cg-r", "at-r", "rt-good-r", time.Hour), true),
-		flagged(apiKey("key", "sk-key"), false),
-		apiKey("fine", "sk-fine"),
+		flagged(hometest.ChatGPT("works", "w@example.com", "cg-w", "at-w", "rt-good-w", -time.Hour), false),
+		flagged(hometest.ChatGPT("dead", "d@example.com", "cg-d", "at-d", "rt-dead-d", time.Hour), true),
+		flagged(hometest.ChatGPT("refused", "r@example.com", "cg-r", "at-r", "rt-good-r", time.Hour), true),
+		flagged(hometest.APIKey("key", "sk-key"), false),
+		hometest.APIKey("fine", "sk-fine"),
 	)
 	// The refused account's new token is still refused upstream.
 	h.up.Set("at-rt-good-r", upstreamtest.Behavior{Status: 401})
 
 	// Dry run: says what it would try; no refresh, no probe, no change.
-	before := h.snapshot()
+	before := h.Files()
 	dry, err := h.checkup().VerifyFlagged(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.sameAs(before)
+	h.SameAs(before)
 	if h.auth.TokenCalls("refresh_token") != 0 || len(h.up.Requests()) != 0 {
 		t.Errorf("dry run refreshed (%d) or probed (%d)", h.auth.TokenCalls("refresh_token"), len(h.up.Requests()))
 	}
@@ -55,8 +56,8 @@ func TestVerifyFlagged(t *testing.T) {
 	}
 
 	// The working account also sits in the 5-minute cooldown its flag came with.
-	worksID := h.pool().Accounts[0].ID
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	worksID := h.Pool().Accounts[0].ID
+	rt := rotation.NewRuntime(h.Dir, rotation.SystemClock{})
 	rt.Cooldown(worksID, rotation.CooldownTokenInvalidated, rotation.InvalidatedCooldown)
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)
@@ -97,13 +98,13 @@ func TestVerifyFlagged(t *testing.T) {
 			t.Errorf("report %d: %+v (probe %d), want %+v", i, r, st, w)
 		}
 		if strings.Contains(r.Detail, "at-") || strings.Contains(r.Detail, "rt-") || strings.Contains(r.Detail, "sk-") {
-			t.Errorf("report leaks a secret: %q", r.Detail)
+			t.Errorf("report leaks a Secret: %q", r.Detail)
 		}
 	}
 	if !strings.Contains(res.Reports[1].Detail, "rotor login") {
 		t.Errorf("hard refresh failure detail: %q", res.Reports[1].Detail)
 	}
-	p := h.pool()
+	p := h.Pool()
 	for i, wantFlag := range []bool{false, true, true, false, false} {
 		_, f := p.Accounts[i].Flagged()
 		if f != wantFlag {
@@ -140,7 +141,7 @@ func TestVerifyFlagged(t *testing.T) {
 func TestVerifyFlaggedUnreadableStore(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
-	h.writeFile(home.AccountsFile, "{", 0o600)
+	h.WriteFile(home.AccountsFile, "{", 0o600)
 	if _, err := h.checkup().VerifyFlagged(context.Background(), false); err == nil {
 		t.Error("want an error for an unreadable store")
 	}

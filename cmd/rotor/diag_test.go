@@ -1,69 +1,51 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"maps"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/hometest"
+	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// diagHome is a prepared ROTOR_HOME for the diagnostics commands, run
-// in-process through app (and once through the real binary).
+// diagHome is a cliHome whose accounts are written straight to disk
+// (hometest), as the diagnostics find them, and whose upstream and auth
+// URLs name a closed port, so nothing reaches a real server.
 type diagHome struct {
-	t   *testing.T
-	dir string
-	env map[string]string
-	sec secrets.Store
+	*cliHome
+	prep *hometest.Home
 }
 
 func newDiagHome(t *testing.T) *diagHome {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "home")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
+	prep := hometest.New(t)
+	h := newHome(t)
+	h.dir = prep.Dir
+	h.setenv("ROTOR_HOME", prep.Dir)
+	for _, k := range []string{"ROTOR_AUTH_BASE_URL", "ROTOR_CHATGPT_BASE_URL", "ROTOR_OPENAI_BASE_URL"} {
+		h.setenv(k, "http://127.0.0.1:1")
 	}
-	sec, err := secrets.Open(dir, secrets.ModeFile, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &diagHome{t: t, dir: dir, sec: sec, env: map[string]string{
-		"ROTOR_HOME": dir, "ROTOR_SECRETS": "file", "HOME": t.TempDir(),
-		// Nothing may reach a real upstream or auth server.
-		"ROTOR_AUTH_BASE_URL": "http://127.0.0.1:1", "ROTOR_CHATGPT_BASE_URL": "http://127.0.0.1:1",
-		"ROTOR_OPENAI_BASE_URL": "http://127.0.0.1:1",
-	}}
+	return &diagHome{cliHome: h, prep: prep}
 }
 
-type diagRun struct {
-	code           int
-	stdout, stderr string
-}
-
-// run runs one command line in-process.
-func (h *diagHome) run(args ...string) diagRun {
+// run runs one command line in-process, with no stdin.
+func (h *diagHome) run(args ...string) result {
 	h.t.Helper()
-	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return h.env[k] }}
-	code := a.run(args)
-	return diagRun{code, out.String(), errb.String()}
+	return h.cliHome.run("", args...)
 }
 
 // runJSON runs a --json command line, checks its exit code and decodes it.
@@ -84,90 +66,9 @@ func (h *diagHome) runJSON(wantCode int, args ...string) map[string]any {
 	return v
 }
 
-// diagAcct is an account to prepare, with its secret (nil: none).
-type diagAcct struct {
-	kind         accounts.Kind
-	label, email string
-	cg           string
-	enabled      bool
-	flag         string
-	secret       *secrets.Secret
-}
-
-func diagKey(label, key string) diagAcct {
-	return diagAcct{kind: accounts.KindAPIKey, label: label, enabled: true, secret: &secrets.Secret{APIKey: key}}
-}
-
-func diagChatGPT(label, cg, access, refresh string, expires time.Duration) diagAcct {
-	return diagAcct{kind: accounts.KindChatGPT, label: label, email: label + "@example.com", cg: cg, enabled: true,
-		secret: &secrets.Secret{AccessToken: access, RefreshToken: refresh, ExpiresAt: time.Now().Add(expires).UTC()}}
-}
-
-// write stores the accounts through the real store; ids are acct_1, acct_2…
-func (h *diagHome) write(accts ...diagAcct) *accounts.Pool {
-	h.t.Helper()
-	st, err := accounts.Open(h.dir)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	salt, err := h.sec.Salt()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	p, err := st.Update(func(p *accounts.Pool) error {
-		for _, a := range accts {
-			acc := accounts.Account{ID: "acct_" + string(rune('0'+len(p.Accounts)+1)), Label: a.label, Kind: a.kind,
-				Email: a.email, ChatGPTAccountID: a.cg, Enabled: a.enabled, AddedAt: time.Now().UTC()}
-			acc.SetFlag(a.flag)
-			if a.kind == accounts.KindAPIKey && a.secret != nil {
-				acc.KeyFingerprint = secrets.Fingerprint(salt, a.secret.APIKey) // as add-key stores it
-			}
-			p.Accounts = append(p.Accounts, acc)
-		}
-		return nil
-	})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for i, a := range accts {
-		if a.secret != nil {
-			if err := h.sec.Set(p.Accounts[i].ID, *a.secret); err != nil {
-				h.t.Fatal(err)
-			}
-		}
-	}
-	return p
-}
-
-func (h *diagHome) path(name string) string { return filepath.Join(h.dir, name) }
-
-func (h *diagHome) pool() *accounts.Pool {
-	h.t.Helper()
-	data, err := os.ReadFile(h.path(home.AccountsFile))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	p, err := accounts.Parse("accounts.json", data)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return p
-}
-
-// files is every file of the home with its mode and bytes.
-func (h *diagHome) files() map[string]string {
-	h.t.Helper()
-	out := map[string]string{}
-	ents, err := os.ReadDir(h.dir)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, e := range ents {
-		fi, _ := e.Info()
-		data, _ := os.ReadFile(h.path(e.Name()))
-		out[e.Name()] = fi.Mode().String() + "\n" + string(data)
-	}
-	return out
+// diagChatGPT is a ChatGPT account signed in as label@example.com.
+func diagChatGPT(label, cg, access, refresh string, expires time.Duration) hometest.Account {
+	return hometest.ChatGPT(label, label+"@example.com", cg, access, refresh, expires)
 }
 
 // diagField walks a decoded JSON value along a path of keys and indexes.
@@ -198,7 +99,7 @@ func diagField(t *testing.T, v any, path ...any) any {
 func TestDiagForecastCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	p := h.write(diagKey("work", "sk-1"), diagKey("limited", "sk-2"), diagAcct{kind: accounts.KindAPIKey, label: "off", enabled: false})
+	p := h.prep.Write(hometest.APIKey("work", "sk-1"), hometest.APIKey("limited", "sk-2"), hometest.Account{Kind: accounts.KindAPIKey, Label: "off", Enabled: false})
 	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
 	rt.RateLimited(p.Accounts[1].ID, time.Now().Add(10*time.Minute))
 	if err := rt.Sync(nil); err != nil {
@@ -255,7 +156,7 @@ func TestDiagForecastCommand(t *testing.T) {
 func TestDiagDoctorCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	h.write(diagKey("work", "sk-1"))
+	h.prep.Write(hometest.APIKey("work", "sk-1"))
 	v := h.runJSON(0, "doctor", "--json")
 	if diagField(t, v, "summary", "error") != 0.0 || diagField(t, v, "summary", "ok").(float64) < 5 {
 		t.Errorf("healthy summary: %v", diagField(t, v, "summary"))
@@ -268,7 +169,7 @@ func TestDiagDoctorCommand(t *testing.T) {
 	}
 
 	// A missing secret and a world-readable secrets file are errors.
-	h.write(diagAcct{kind: accounts.KindAPIKey, label: "lost", enabled: true})
+	h.prep.Write(hometest.Account{Kind: accounts.KindAPIKey, Label: "lost", Enabled: true})
 	os.Chmod(h.path("secrets.json"), 0o644)
 	v = h.runJSON(1, "doctor", "--json")
 	if diagField(t, v, "summary", "error") != 2.0 {
@@ -296,16 +197,11 @@ func TestDiagDoctorCommand(t *testing.T) {
 func TestDiagDoctorBinaryExitCode(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	h.write(diagKey("work", "sk-1"))
+	h.prep.Write(hometest.APIKey("work", "sk-1"))
 	bin := func(args ...string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, rotorBin, args...)
-		for k, v := range h.env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		var out bytes.Buffer
-		cmd.Stdout = &out
+		cmd, out, _ := h.command(ctx, "", args...)
 		err := cmd.Run()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -319,7 +215,7 @@ func TestDiagDoctorBinaryExitCode(t *testing.T) {
 	if code, out := bin("doctor"); code != 0 {
 		t.Errorf("healthy doctor exit %d:\n%s", code, out)
 	}
-	h.write(diagAcct{kind: accounts.KindAPIKey, label: "lost", enabled: true})
+	h.prep.Write(hometest.Account{Kind: accounts.KindAPIKey, Label: "lost", Enabled: true})
 	if code, out := bin("doctor", "--json"); code != 1 || !strings.Contains(out, `"status": "error"`) {
 		t.Errorf("doctor with a missing secret: exit %d\n%s", code, out)
 	}
@@ -331,16 +227,16 @@ func TestDiagDoctorBinaryExitCode(t *testing.T) {
 func TestDiagFixCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	h.write(diagKey("one", "sk-1"), diagKey("two", "sk-2"))
+	h.prep.Write(hometest.APIKey("one", "sk-1"), hometest.APIKey("two", "sk-2"))
 	st, _ := accounts.Open(h.dir)
 	st.Update(func(p *accounts.Pool) error { p.Accounts[0].Label = "uno"; return nil }) // .bak holds this state
 	const damaged = `{"version":1,"accounts":[{"id":`
 	if err := os.WriteFile(h.path(home.AccountsFile), []byte(damaged), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.sec.Set("acct_9", secrets.Secret{APIKey: "sk-orphan"})
+	h.prep.Secrets.Set("acct_9", secrets.Secret{APIKey: "sk-orphan"})
 
-	before := h.files()
+	before := h.prep.Files()
 	v := h.runJSON(0, "fix", "--dry-run", "--json")
 	if diagField(t, v, "dry_run") != true || diagField(t, v, "changed") != false {
 		t.Errorf("dry run envelope: %v", v)
@@ -350,7 +246,7 @@ func TestDiagFixCommand(t *testing.T) {
 		diagField(t, acts, 0, "status") != "planned" {
 		t.Errorf("planned actions: %v", acts)
 	}
-	if after := h.files(); !maps.Equal(before, after) {
+	if after := h.prep.Files(); !maps.Equal(before, after) {
 		t.Error("fix --dry-run changed files")
 	}
 	if r := h.run("fix", "--dry-run"); r.code != 0 || !strings.Contains(r.stdout, "Dry run: nothing was changed") ||
@@ -375,13 +271,13 @@ func TestDiagFixCommand(t *testing.T) {
 		t.Error("kept file differs from the damaged store")
 	}
 	// The orphan is listed, not deleted, until --prune-secrets.
-	if _, err := h.sec.Get("acct_9"); err != nil {
+	if _, err := h.prep.Secrets.Get("acct_9"); err != nil {
 		t.Error("fix deleted a secret without --prune-secrets")
 	}
 	if r := h.run("fix", "--prune-secrets"); r.code != 0 || !strings.Contains(r.stdout, "remove-orphaned-secret") {
 		t.Errorf("fix --prune-secrets: %+v", r)
 	}
-	if _, err := h.sec.Get("acct_9"); err == nil {
+	if _, err := h.prep.Secrets.Get("acct_9"); err == nil {
 		t.Error("orphaned secret survived --prune-secrets")
 	}
 	if r := h.run("fix"); r.code != 0 || strings.TrimSpace(r.stdout) != "Nothing to fix." {
@@ -399,50 +295,38 @@ func TestDiagFixCommand(t *testing.T) {
 	}
 }
 
-// diagAuth is a fake token endpoint: "rt-good…" refresh tokens get new
-// tokens (access token "at-<refresh>"), others invalid_grant.
-func diagAuth(t *testing.T) (*httptest.Server, *atomic.Int32) {
-	var calls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		rt := r.PostFormValue("refresh_token")
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path != "/oauth/token" || !strings.HasPrefix(rt, "rt-good") {
-			w.WriteHeader(400)
-			io.WriteString(w, `{"error":"invalid_grant"}`)
-			return
-		}
-		json.NewEncoder(w).Encode(map[string]any{"access_token": "at-" + rt, "refresh_token": rt + "-next", "expires_in": 3600})
-	}))
-	t.Cleanup(srv.Close)
-	return srv, &calls
-}
-
 func TestDiagVerifyFlaggedCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	auth, calls := diagAuth(t)
+	auth := oauthtest.New()
+	if err := auth.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	defer auth.Close()
+	auth.SetTokenNames(func(rt string) (string, string) { return "at-" + rt, rt + "-next" })
+	auth.AddRefreshToken("rt-good-1") // rt-dead-1 is unknown to it: invalid_grant
+	calls := func() int { return auth.TokenCalls("refresh_token") }
 	up := upstreamtest.New("../../testdata")
 	if err := up.Start(""); err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	h.env["ROTOR_AUTH_BASE_URL"] = auth.URL
-	h.env["ROTOR_CHATGPT_BASE_URL"] = up.ChatGPTBase()
+	h.setenv("ROTOR_AUTH_BASE_URL", auth.URL())
+	h.setenv("ROTOR_CHATGPT_BASE_URL", up.ChatGPTBase())
 	good := diagChatGPT("good", "cg-g", "at-old", "rt-good-1", time.Hour)
-	good.flag, good.enabled = accounts.FlagTokenInvalid, false
+	good.Flag, good.Enabled = accounts.FlagTokenInvalid, false
 	dead := diagChatGPT("dead", "cg-d", "at-old2", "rt-dead-1", time.Hour)
-	dead.flag = accounts.FlagTokenInvalid
-	h.write(good, dead, diagKey("fine", "sk-1"))
+	dead.Flag = accounts.FlagTokenInvalid
+	h.prep.Write(good, dead, hometest.APIKey("fine", "sk-1"))
 
-	before := h.files()
+	before := h.prep.Files()
 	v := h.runJSON(0, "verify-flagged", "--dry-run", "--json")
 	if diagField(t, v, "total") != 2.0 || diagField(t, v, "dry_run") != true || diagField(t, v, "restored") != 0.0 ||
 		diagField(t, v, "reports", 0, "result") != "would-verify" {
 		t.Errorf("dry run: %v", v)
 	}
-	if calls.Load() != 0 || len(up.Requests()) != 0 || !maps.Equal(before, h.files()) {
-		t.Errorf("dry run refreshed (%d), probed (%d) or changed files", calls.Load(), len(up.Requests()))
+	if calls() != 0 || len(up.Requests()) != 0 || !maps.Equal(before, h.prep.Files()) {
+		t.Errorf("dry run refreshed (%d), probed (%d) or changed files", calls(), len(up.Requests()))
 	}
 
 	v = h.runJSON(1, "verify-flagged", "--json") // one account stays flagged
@@ -468,7 +352,7 @@ func TestDiagVerifyFlaggedCommand(t *testing.T) {
 	if _, f := p.Accounts[1].Flagged(); !f {
 		t.Error("dead account lost its flag")
 	}
-	if s, _ := h.sec.Get("acct_1"); s.RefreshToken != "rt-good-1-next" {
+	if s, _ := h.prep.Secrets.Get("acct_1"); s.RefreshToken != "rt-good-1-next" {
 		t.Error("refreshed tokens not stored")
 	}
 	r := h.run("verify-flagged")
@@ -480,7 +364,7 @@ func TestDiagVerifyFlaggedCommand(t *testing.T) {
 func TestDiagReportCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	p := h.write(diagKey("work", "sk-1"), diagKey("alt", "sk-2"))
+	p := h.prep.Write(hometest.APIKey("work", "sk-1"), hometest.APIKey("alt", "sk-2"))
 	log, err := rotation.OpenUsageLog(h.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -549,8 +433,8 @@ func TestDiagFixMergesDuplicates(t *testing.T) {
 	h := newDiagHome(t)
 	a := diagChatGPT("me", "cg-1", "at-1", "rt-1", time.Hour)
 	b := diagChatGPT("me", "cg-1", "at-2", "rt-2", 2*time.Hour) // same login, imported twice
-	b.email = "ME@example.com"
-	h.write(a, diagKey("work", "sk-1"), b)
+	b.Email = "ME@example.com"
+	h.prep.Write(a, hometest.APIKey("work", "sk-1"), b)
 	v := h.runJSON(0, "doctor", "--json")
 	for _, c := range diagField(t, v, "checks").([]any) {
 		if m := c.(map[string]any); m["name"] == "duplicates" && (m["status"] != "warn" || !strings.Contains(m["detail"].(string), "accounts 1 and 3")) {
@@ -564,7 +448,7 @@ func TestDiagFixMergesDuplicates(t *testing.T) {
 	if p := h.pool(); len(p.Accounts) != 2 || p.Accounts[0].ID != "acct_1" {
 		t.Errorf("pool after merge: %+v", p.Accounts)
 	}
-	if s, _ := h.sec.Get("acct_1"); s.RefreshToken != "rt-2" {
+	if s, _ := h.prep.Secrets.Get("acct_1"); s.RefreshToken != "rt-2" {
 		t.Errorf("kept account did not get the newer login's tokens")
 	}
 }

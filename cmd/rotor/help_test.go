@@ -1,24 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
 // runIO runs one command line in-process with stdout on a terminal or not.
-func (h *diagHome) runIO(stdoutTTY bool, args ...string) diagRun {
+func (h *diagHome) runIO(stdoutTTY bool, args ...string) result {
 	h.t.Helper()
-	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
-		getenv: func(k string) string { return h.env[k] }, stdoutTTY: stdoutTTY}
-	code := a.run(args)
-	return diagRun{code, out.String(), errb.String()}
+	return h.runApp("", stdoutTTY, args)
 }
 
 // Every command answers --help, and "rotor help CMD", on stdout with exit
@@ -142,11 +138,11 @@ var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 func TestStatesColouredOnATerminal(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	off := diagKey("off", "sk-off")
-	off.enabled = false
-	bad := diagKey("flagged-one", "sk-bad")
-	bad.flag = accounts.FlagTokenInvalid
-	h.write(diagKey("a-long-label-here", "sk-a"), off, bad)
+	off := hometest.APIKey("off", "sk-off")
+	off.Enabled = false
+	bad := hometest.APIKey("flagged-one", "sk-bad")
+	bad.Flag = accounts.FlagTokenInvalid
+	h.prep.Write(hometest.APIKey("a-long-label-here", "sk-a"), off, bad)
 
 	for _, cmd := range [][]string{{"list"}, {"rotation", "status"}, {"forecast"}, {"doctor"}} {
 		plain := h.runIO(false, cmd...)
@@ -160,11 +156,11 @@ func TestStatesColouredOnATerminal(t *testing.T) {
 		if !strings.Contains(col.stdout, "\x1b[") {
 			t.Errorf("%v: no colour on a terminal:\n%s", cmd, col.stdout)
 		}
-		h.env["NO_COLOR"] = "1"
+		h.setenv("NO_COLOR", "1")
 		if nc := h.runIO(true, cmd...); nc.stdout != plain.stdout {
 			t.Errorf("%v: NO_COLOR still colours:\n%q", cmd, nc.stdout)
 		}
-		delete(h.env, "NO_COLOR")
+		h.unsetenv("NO_COLOR")
 	}
 	col := h.runIO(true, "list").stdout
 	for _, want := range []string{ansiGreen + "available", ansiRed + "disabled", ansiRed + "flagged"} {
@@ -180,7 +176,7 @@ func TestStatesColouredOnATerminal(t *testing.T) {
 func TestQuotaBars(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
-	p := h.write(diagKey("low", "sk-low"), diagKey("mid", "sk-mid"), diagKey("high", "sk-high"), diagKey("none", "sk-none"))
+	p := h.prep.Write(hometest.APIKey("low", "sk-low"), hometest.APIKey("mid", "sk-mid"), hometest.APIKey("high", "sk-high"), hometest.APIKey("none", "sk-none"))
 	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
 	reset := time.Now().Add(2*time.Hour + 10*time.Minute + 30*time.Second)
 	for i, used := range []float64{30, 75, 95} {

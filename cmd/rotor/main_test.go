@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 )
 
 // rotorBin is the rotor binary the tests run, built once by TestMain.
@@ -81,6 +81,11 @@ func (h *cliHome) setenv(key, value string) {
 	h.env = append(h.env, key+"="+value)
 }
 
+// unsetenv removes one variable from the environment rotor runs with.
+func (h *cliHome) unsetenv(key string) {
+	h.env = slices.DeleteFunc(h.env, func(kv string) bool { return strings.HasPrefix(kv, key+"=") })
+}
+
 type result struct {
 	args           []string
 	stdout, stderr string
@@ -107,6 +112,12 @@ func (h *cliHome) command(ctx context.Context, stdin string, args ...string) (*e
 // point (locks, signals, kill -9, a running serve) use command instead.
 func (h *cliHome) run(stdin string, args ...string) result {
 	h.t.Helper()
+	return h.runApp(stdin, false, args)
+}
+
+// runApp is run, with stdout a terminal or not.
+func (h *cliHome) runApp(stdin string, stdoutTTY bool, args []string) result {
+	h.t.Helper()
 	env := map[string]string{}
 	for _, kv := range h.env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -114,7 +125,8 @@ func (h *cliHome) run(stdin string, args ...string) result {
 	}
 	var stdout, stderr bytes.Buffer
 	a := &app{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr,
-		getenv: func(k string) string { return env[k] }, environ: func() []string { return slices.Clone(h.env) }}
+		getenv: func(k string) string { return env[k] }, environ: func() []string { return slices.Clone(h.env) },
+		stdoutTTY: stdoutTTY}
 	done := make(chan int, 1)
 	go func() { done <- a.run(args) }()
 	var r result
@@ -149,15 +161,7 @@ func (h *cliHome) path(name string) string { return filepath.Join(h.dir, name) }
 // pool parses accounts.json with the store's own parser.
 func (h *cliHome) pool() *accounts.Pool {
 	h.t.Helper()
-	data, err := os.ReadFile(h.path(home.AccountsFile))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	p, err := accounts.Parse(h.path(home.AccountsFile), data)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return p
+	return hometest.PoolIn(h.t, h.dir)
 }
 
 // secretsFile is the content of secrets.json: account id to secret fields.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,45 +17,9 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
 )
-
-// files maps every file in dir to its content; lock files, which carry no
-// content, are left out. A directory maps to "<dir>".
-func files(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := make(map[string]string)
-	for _, e := range ents {
-		switch {
-		case strings.HasSuffix(e.Name(), ".lock"):
-		case e.IsDir():
-			m[e.Name()] = "<dir>"
-		default:
-			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m[e.Name()] = string(b)
-		}
-	}
-	return m
-}
-
-func sameFiles(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || v != w {
-			return false
-		}
-	}
-	return true
-}
 
 // TestUnreadableStore proves that every command that needs accounts.json
 // refuses a store it cannot read or parse: exit 1, a message naming the file,
@@ -108,7 +73,7 @@ func TestUnreadableStore(t *testing.T) {
 			} else if err := os.WriteFile(store, []byte(d.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			before := files(t, h.dir)
+			before := hometest.FilesOf(t, h.dir).WithoutLocks()
 			for _, c := range commands {
 				r := h.run(c.stdin, c.args...)
 				if r.code != 1 {
@@ -119,7 +84,7 @@ func TestUnreadableStore(t *testing.T) {
 						t.Errorf("stderr does not contain %q: %v", want, r)
 					}
 				}
-				if after := files(t, h.dir); !sameFiles(before, after) {
+				if after := hometest.FilesOf(t, h.dir).WithoutLocks(); !maps.Equal(before, after) {
 					t.Fatalf("rotor %s changed the home:\nbefore %q\nafter  %q", strings.Join(c.args, " "), before, after)
 				}
 			}
