@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/url"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -110,33 +112,68 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"status":"ok"}`)
 		return
 	}
-	s.forward(ctx, rid, rt.op, ctx.Request.Body())
+	body, release, spec := s.readBody(ctx)
+	defer release()
+	if spec != nil {
+		ctx.SetConnectionClose()
+		s.fail(ctx, rid, *spec, nil)
+		return
+	}
+	s.forward(ctx, rid, rt.op, body)
 }
 
-// headerReceived runs the guard on the headers alone, before fasthttp
-// reads the body (SPEC §4). A request the guard refuses has its body
-// declared empty, so none of it is read; the handler then refuses it on
-// the same headers and closes the connection, whose unread body could
-// not carry another request anyway.
-func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if s.guard(h, s.ownsPage(h)) != "" {
-		h.SetContentLength(0)
-	}
-	return fasthttp.RequestConfig{}
-}
+// bodyPool recycles request body buffers: long Codex sessions send the
+// whole history, megabytes, with every turn.
+var bodyPool sync.Pool
 
-// ownsPage reports whether the dashboard serves the request of h, judged
-// by the same normalized path the handler routes by.
-func (s *Server) ownsPage(h *fasthttp.RequestHeader) bool {
-	if s.deps.Pages == nil {
-		return false
+// maxPooledBody keeps a rare huge body from pinning its buffer forever.
+const maxPooledBody = 8 << 20
+
+// readBody reads the request body, at most MaxBody bytes whether its
+// length is declared or chunked. release returns the buffer; the body
+// must not be used after it.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func(), spec *rerr.Spec) {
+	release = func() {}
+	tooLarge := &rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
+		Message: "request body is larger than the proxy accepts (--max-body)",
+		Extra:   []rerr.Field{{Key: "max_bytes", Value: s.cfg.MaxBody}}}
+	n := ctx.Request.Header.ContentLength()
+	if n > s.cfg.MaxBody {
+		return nil, release, tooLarge
 	}
-	u := fasthttp.AcquireURI()
-	defer fasthttp.ReleaseURI(u)
-	if err := u.Parse(nil, h.RequestURI()); err != nil {
-		return false
+	stream := ctx.RequestBodyStream()
+	if stream == nil || n == 0 {
+		return ctx.Request.Body(), release, nil
 	}
-	return s.deps.Pages.Owns(u.Path())
+	var buf []byte
+	if p, ok := bodyPool.Get().(*[]byte); ok {
+		buf = (*p)[:0]
+	}
+	if n > cap(buf) {
+		buf = make([]byte, 0, n)
+	}
+	release = func() {
+		if cap(buf) <= maxPooledBody {
+			buf = buf[:0]
+			bodyPool.Put(&buf)
+		}
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := stream.Read(buf[len(buf):min(cap(buf), s.cfg.MaxBody+1)])
+		buf = buf[:len(buf)+m]
+		if len(buf) > s.cfg.MaxBody {
+			return nil, release, tooLarge
+		}
+		if err == io.EOF {
+			return buf, release, nil
+		}
+		if err != nil {
+			return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
+		}
+	}
 }
 
 var guardMessages = map[string]string{
@@ -192,8 +229,8 @@ func loopbackOrigin(o []byte) bool {
 
 // handleParseError answers requests fasthttp could not read. Headers too
 // large for the read buffer get 431 at once (a partly read header says
-// nothing about the caller), a body over the cap 413; otherwise the guard
-// still runs first, so an unknown caller learns nothing but 401.
+// nothing about the caller); otherwise the guard still runs first, so an
+// unknown caller learns nothing but 401.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	rid := newRequestID()
 	ctx.Response.Header.Set("x-request-id", rid)
@@ -202,21 +239,6 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.As(err, &small) {
 		s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyHeadersTooLarge,
 			Message: fmt.Sprintf("request headers are larger than the proxy accepts (%d KiB)", MaxHeaderBytes>>10)}, nil)
-		return
-	}
-	// A body error comes after headerReceived passed the guard (a
-	// refused request has no body to read), and fasthttp may have reset
-	// the headers by then: answer it for what it is.
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
-			Message: "request body is larger than the proxy accepts (--max-body)",
-			Extra:   []rerr.Field{{Key: "max_bytes", Value: s.cfg.MaxBody}}}, nil)
-		return
-	}
-	// fasthttp resets the headers when a body breaks its framing: there
-	// is nothing left to guard on, and nothing was forwarded.
-	if len(ctx.Request.Header.Host()) == 0 {
-		s.fail(ctx, rid, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "malformed HTTP request: its headers or its body framing cannot be read"}, nil)
 		return
 	}
 	if code := s.guard(&ctx.Request.Header, false); code != "" {

@@ -185,19 +185,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		ErrorHandler:       s.handleParseError,
 		Name:               "rotor",
 		MaxRequestBodySize: cfg.MaxBody,
-		// The guard runs as soon as the headers are in (headerReceived),
-		// so a stranger's body is never read; everyone else's is read
-		// whole by fasthttp, bounded by MaxBody.
-		HeaderReceived: s.headerReceived,
+		// The handler runs once the headers are in, so the guard refuses a
+		// stranger before a byte of the body is read; the handler reads
+		// the body itself, bounded by MaxBody.
+		StreamRequestBody: true,
 		// The whole header block must fit the read buffer: headers up to
 		// MaxHeaderBytes are served, larger ones get 431.
 		ReadBufferSize: MaxHeaderBytes + 8<<10,
-		// ReduceMemoryUsage hands that 72 KiB read buffer back as soon as
-		// a request is read, instead of holding it for the connection's
-		// life: an open stream then holds only its small write buffer.
-		// (Streaming the request body would pin the read buffer for the
-		// whole response, which is why the body is not streamed.)
-		ReduceMemoryUsage: true,
 		// ReadTimeout bounds reading a request; there is deliberately no
 		// WriteTimeout, which would cap a whole stream rather than a gap.
 		ReadTimeout:                   2 * time.Minute,
