@@ -177,13 +177,17 @@ func rawExchange(t *testing.T, e *env, raw string) (status int, head string, con
 func TestGuardAnswersBeforeTheBodyIsRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, twoAPIKeys())
-	// Headers announcing 60 MiB and only the first 16 KiB of it: the
-	// answer can only come if the guard does not wait for the body.
-	for _, c := range []struct{ name, hdr, code string }{
-		{"foreign origin", "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\nAuthorization: Bearer " + testKey, rerr.ProxyForbiddenHost},
-		{"no key", "Host: 127.0.0.1", rerr.ProxyUnauthorized},
+	// Headers announcing 60 MiB (or chunks without end) and only the
+	// first 16 KiB of it: the answer can only come if the guard does not
+	// wait for the body.
+	const announced = "Content-Length: 62914560\r\n\r\n"
+	chunked := "Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n", 1<<20)
+	for _, c := range []struct{ name, hdr, framing, code string }{
+		{"foreign origin", "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\nAuthorization: Bearer " + testKey, announced, rerr.ProxyForbiddenHost},
+		{"no key", "Host: 127.0.0.1", announced, rerr.ProxyUnauthorized},
+		{"no key, chunked", "Host: 127.0.0.1", chunked, rerr.ProxyUnauthorized},
 	} {
-		status, head, conn, br := rawExchange(t, e, "POST /v1/responses HTTP/1.1\r\n"+c.hdr+"\r\nContent-Length: 62914560\r\nContent-Type: application/json\r\n\r\n"+strings.Repeat("x", 16<<10))
+		status, head, conn, br := rawExchange(t, e, "POST /v1/responses HTTP/1.1\r\n"+c.hdr+"\r\nContent-Type: application/json\r\n"+c.framing+strings.Repeat("x", 16<<10))
 		want := map[string]int{rerr.ProxyForbiddenHost: 403, rerr.ProxyUnauthorized: 401}[c.code]
 		if status != want || !strings.Contains(strings.ToLower(head), "connection: close") {
 			t.Errorf("%s: head %q", c.name, head)
@@ -225,6 +229,13 @@ func TestHeaderAndBodyLimits(t *testing.T) {
 	body, _ := io.ReadAll(io.LimitReader(br, 4096))
 	if status != 413 || !strings.Contains(string(body), rerr.ProxyPayloadTooLarge) {
 		t.Errorf("over-cap chunked body: status %d body %q", status, body)
+	}
+	// A chunked body that breaks its framing is the client's error.
+	status, _, _, br = rawExchange(t, e, "POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+testKey+
+		"\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+	body, _ = io.ReadAll(io.LimitReader(br, 4096))
+	if status != 400 || !strings.Contains(string(body), rerr.ProxyBadRequest) || !strings.Contains(string(body), "cannot read the request body") {
+		t.Errorf("broken chunked body: status %d body %q", status, body)
 	}
 	if n := e.up.Count("bad") + e.up.Count("good"); n != 2 {
 		t.Errorf("upstream saw %d requests, want the 2 with headers in bounds", n)
