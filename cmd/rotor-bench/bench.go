@@ -82,42 +82,23 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		return err
 	}
 	defer up.close()
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	naive, err := startProc(ctx, exec.Command(self, "-peer", up.url), "")
-	if err != nil {
-		return fmt.Errorf("naive proxy: %w", err)
-	}
-	defer naive.kill()
-	rotor, err := startRotor(ctx, cfg.rotor, up.url)
-	if err != nil {
-		return fmt.Errorf("rotor: %w", err)
-	}
-	defer rotor.kill()
-	if cfg.dashboard {
-		stop, err := openDashboard(ctx, strings.TrimSuffix(rotor.line, "/v1"))
-		if err != nil {
-			return fmt.Errorf("dashboard: %w", err)
-		}
-		defer stop()
-		fmt.Fprintln(log, "rotor-bench: a dashboard page is open on rotor for the whole run")
-	}
-	peers := []peer{
-		{name: "direct", base: up.url + "/v1"},
-		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
-		{name: "rotor", base: rotor.line, pid: rotor.cmd.Process.Pid},
-	}
 	fmt.Fprintf(out, "| scenario | measure | direct | naive | rotor | rotor vs naive |\n|---|---|---|---|---|---|\n")
 	for _, sc := range scenarios() {
 		if cfg.only != "" && !strings.Contains(sc.name, cfg.only) {
 			continue
 		}
+		// Fresh proxies for every scenario: each peak RSS is then the
+		// scenario's own, not what the one before left resident (Go hands
+		// memory back to the OS only slowly).
+		peers, stop, err := startPeers(ctx, cfg, up, log)
+		if err != nil {
+			return err
+		}
 		best := make([]*result, len(peers))
 		for round := range max(cfg.rounds, 1) {
 			for i, p := range peers { // interleaved: each peer once per round
 				if ctx.Err() != nil {
+					stop()
 					return ctx.Err()
 				}
 				fmt.Fprintf(log, "rotor-bench: %s through %s (round %d)\n", sc.name, p.name, round+1)
@@ -127,9 +108,59 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 				}
 			}
 		}
+		stop()
 		table(out, sc, best)
 	}
 	return nil
+}
+
+// startPeers starts the naive proxy and rotor in front of up (with a
+// dashboard open on rotor when cfg says so) and returns the three peers;
+// stop ends them.
+func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (peers []peer, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range slices.Backward(stops) {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	self, err := os.Executable()
+	if err != nil {
+		return nil, stop, err
+	}
+	naive, err := startProc(ctx, exec.Command(self, "-peer", up.url), "")
+	if err != nil {
+		return nil, stop, fmt.Errorf("naive proxy: %w", err)
+	}
+	stops = append(stops, naive.kill)
+	home, err := os.MkdirTemp("", "rotor-bench-")
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, func() { os.RemoveAll(home) })
+	rotor, err := startRotor(ctx, cfg.rotor, up.url, home)
+	if err != nil {
+		return nil, stop, fmt.Errorf("rotor: %w", err)
+	}
+	stops = append(stops, rotor.kill)
+	if cfg.dashboard {
+		closePage, err := openDashboard(ctx, strings.TrimSuffix(rotor.line, "/v1"))
+		if err != nil {
+			return nil, stop, fmt.Errorf("dashboard: %w", err)
+		}
+		stops = append(stops, closePage)
+		fmt.Fprintln(log, "rotor-bench: a dashboard page is open on rotor")
+	}
+	return []peer{
+		{name: "direct", base: up.url + "/v1"},
+		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
+		{name: "rotor", base: rotor.line, pid: rotor.cmd.Process.Pid},
+	}, stop, nil
 }
 
 // better reports whether run a beats run b: more streams completed, then
@@ -376,13 +407,9 @@ func startProc(ctx context.Context, cmd *exec.Cmd, prefix string) (*proc, error)
 	return nil, errors.New("did not start within 20 s")
 }
 
-// startRotor starts `rotor serve` on a fresh home with one API-key account
+// startRotor starts `rotor serve` on a fresh home (under home) with one API-key account
 // whose base URL is the upstream.
-func startRotor(ctx context.Context, bin, upstream string) (*proc, error) {
-	home, err := os.MkdirTemp("", "rotor-bench-")
-	if err != nil {
-		return nil, err
-	}
+func startRotor(ctx context.Context, bin, upstream, home string) (*proc, error) {
 	env := append(os.Environ(), "ROTOR_HOME="+filepath.Join(home, "home"), "ROTOR_SECRETS=file",
 		"ROTOR_OPENAI_BASE_URL="+upstream+"/v1", "ROTOR_CLIENT_KEY="+clientKey)
 	add := exec.CommandContext(ctx, bin, "add-key", "--label", "bench")
