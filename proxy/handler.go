@@ -271,10 +271,11 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	}
 	ctx.SetBody(r.Body)
 	ev := s.deps.Log.Info().Str("request_id", rid).Int("status", r.Status).Str("code", spec.Code)
+	now := s.deps.Clock.Now()
 	if c != nil && s.deps.Usage != nil {
 		// Failed requests count too: "rotor report" shows errors by code.
-		rec := rotation.Usage{Time: s.deps.Clock.Now().UTC(), RequestID: rid, Model: c.model,
-			Status: r.Status, Code: spec.Code, DurMS: s.deps.Clock.Now().Sub(c.start).Milliseconds()}
+		rec := rotation.Usage{Time: now.UTC(), RequestID: rid, Model: c.model,
+			Status: r.Status, Code: spec.Code, DurMS: now.Sub(c.start).Milliseconds()}
 		if n := len(c.attempted); n > 0 {
 			rec.AccountID = c.attempted[n-1]
 		}
@@ -282,7 +283,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	}
 	if c != nil {
 		ev = ev.Str("model", c.model).Int("attempts", len(c.attempted)).
-			Int64("duration_ms", s.deps.Clock.Now().Sub(c.start).Milliseconds())
+			Int64("duration_ms", now.Sub(c.start).Milliseconds())
 		if c.lastIndex > 0 {
 			ev = ev.Int("account", c.lastIndex)
 		}

@@ -302,10 +302,11 @@ func (r *relay) CloseWithError(wErr error) error {
 	if r.failure != "" {
 		code = r.failure
 	}
-	dur := r.s.deps.Clock.Now().Sub(r.start)
+	now := r.s.deps.Clock.Now()
+	dur := now.Sub(r.start)
 	if r.s.deps.Usage != nil {
 		r.s.deps.Usage.Append(rotation.Usage{
-			Time: r.s.deps.Clock.Now().UTC(), RequestID: r.rid, AccountID: id, Model: r.model,
+			Time: now.UTC(), RequestID: r.rid, AccountID: id, Model: r.model,
 			Status: status, Code: code, Tokens: r.tokens, TTFBMS: r.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
 		})
 	}

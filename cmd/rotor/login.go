@@ -59,7 +59,8 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
 	}
-	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, a.now()), label, a.now(), nil)
+	now := a.now()
+	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, now), label, now, nil)
 	if err != nil {
 		return err
 	}
