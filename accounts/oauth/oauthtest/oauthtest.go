@@ -87,8 +87,7 @@ type Server struct {
 	interval     string
 	approveAfter int
 	delay        time.Duration
-	failStatus   int
-	failBody     string
+	fail         failure            // every refresh grant's answer, when status is set
 	failToken    map[string]failure // refresh token -> its own error answer
 	names        func(spent string) (access, refresh string)
 	hold         chan struct{} // non-nil: refresh answers wait until it is closed
@@ -272,7 +271,7 @@ func (a *Server) HoldRefreshes() (release func()) {
 // without spending the refresh token; status 0 restores normal answers.
 func (a *Server) FailRefresh(status int, body string) {
 	a.mu.Lock()
-	a.failStatus, a.failBody = status, body
+	a.fail = failure{status, body}
 	a.mu.Unlock()
 }
 
@@ -505,14 +504,14 @@ func (a *Server) grantCode(w http.ResponseWriter, form url.Values) {
 		oauthError(w, http.StatusBadRequest, "invalid_grant", problem)
 		return
 	}
-	t := a.issueLocked("authorization_code")
+	t := a.issueLocked("authorization_code", "")
 	a.mu.Unlock()
 	a.writeTokens(w, t)
 }
 
 func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.Values) {
 	a.mu.Lock()
-	delay, failStatus, failBody, hold := a.delay, a.failStatus, a.failBody, a.hold
+	delay, fail, hold := a.delay, a.fail, a.hold
 	a.mu.Unlock()
 	if hold != nil {
 		select {
@@ -534,8 +533,8 @@ func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.V
 			return
 		}
 	}
-	if failStatus != 0 {
-		writeJSON(w, failStatus, []byte(failBody))
+	if fail.status != 0 {
+		writeJSON(w, fail.status, []byte(fail.body))
 		return
 	}
 	rt := form.Get("refresh_token")
@@ -557,20 +556,15 @@ func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.V
 		return
 	}
 	a.refresh[rt] = true
-	t := a.issueLocked("refresh_token")
-	if a.names != nil {
-		delete(a.refresh, t.RefreshToken)
-		t.AccessToken, t.RefreshToken = a.names(rt)
-		a.refresh[t.RefreshToken] = false
-		a.issued[len(a.issued)-1] = t
-	}
+	t := a.issueLocked("refresh_token", rt)
 	a.mu.Unlock()
 	a.writeTokens(w, t)
 }
 
-// issueLocked mints a new token set and makes its refresh token valid. The
-// caller holds a.mu.
-func (a *Server) issueLocked(grant string) IssuedTokens {
+// issueLocked mints a new token set for grant and makes its refresh token
+// valid; a refresh grant that spent refresh token spent takes its tokens'
+// names from SetTokenNames when set. The caller holds a.mu.
+func (a *Server) issueLocked(grant, spent string) IssuedTokens {
 	a.seq++
 	now := time.Now()
 	exp := now.Add(a.accessTTL)
@@ -596,6 +590,9 @@ func (a *Server) issueLocked(grant string) IssuedTokens {
 			"iat":                            now.Unix(), "exp": exp.Unix(),
 		}),
 		RefreshToken: fmt.Sprintf("rt_fake_%d_%s", a.seq, randomHex(12)),
+	}
+	if spent != "" && a.names != nil {
+		t.AccessToken, t.RefreshToken = a.names(spent)
 	}
 	a.refresh[t.RefreshToken] = false
 	a.issued = append(a.issued, t)
