@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,7 +23,16 @@ const (
 	DefaultUsageMaxBytes      = 8 << 20
 	DefaultUsageCheckEvery    = 64
 	DefaultUsageCheckInterval = time.Second
+	// DefaultUsageFlushAfter is how long a record may wait in memory
+	// before it is written: short enough that `rotor report` and the
+	// dashboard never notice, long enough that a busy proxy writes many
+	// records per write.
+	DefaultUsageFlushAfter = 100 * time.Millisecond
 )
+
+// usageBatchMax is how many bytes of records wait in memory at most: past
+// it, the append that crosses it writes them at once.
+const usageBatchMax = 64 << 10
 
 // Tokens are the token counts of one response.
 type Tokens struct {
@@ -82,12 +92,22 @@ type UsageOptions struct {
 	CheckInterval time.Duration
 	// Clock times CheckInterval (default SystemClock).
 	Clock Clock
+	// FlushAfter bounds how long an appended record waits in memory
+	// before it is written (default DefaultUsageFlushAfter). It is a real
+	// wait, so it runs on the system's timers, not on Clock.
+	FlushAfter time.Duration
 }
 
-// UsageLog appends usage records to usage.jsonl. Each record is one write
-// of one line to a file opened with O_APPEND, so concurrent writers in
-// several processes never interleave within a line, and a kill -9 loses at
-// most the record being written.
+// UsageLog appends usage records to usage.jsonl. Append only queues a
+// record in memory and returns: a request must not wait for a disk. The
+// queue is written within FlushAfter, or as soon as it holds
+// usageBatchMax bytes, as whole lines in one write to a file opened with
+// O_APPEND, so concurrent writers in several processes never interleave
+// within a line, and a busy proxy pays one write for many records. Flush
+// writes the queue now; Close writes it and closes the file. A kill -9
+// loses the records of the last FlushAfter at most, and a write cut short
+// leaves a line without its newline, which the next writer ends before it
+// writes.
 //
 // The file is bounded: once it passes MaxBytes, the writer that notices
 // renames it to usage.jsonl.1 under a cross-process lock and opens a new
@@ -107,6 +127,9 @@ type UsageLog struct {
 	since   int         // appends since the last look at the path
 	checked time.Time   // when we last looked
 	closed  bool
+	queue   []byte      // whole lines not yet written
+	flusher *time.Timer // armed while queue is not empty
+	armed   bool
 }
 
 // OpenUsageLog opens dir/usage.jsonl for appending (0600) with the default
@@ -129,6 +152,9 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 	if opt.CheckInterval <= 0 {
 		opt.CheckInterval = DefaultUsageCheckInterval
 	}
+	if opt.FlushAfter <= 0 {
+		opt.FlushAfter = DefaultUsageFlushAfter
+	}
 	u := &UsageLog{
 		path: filepath.Join(dir, home.UsageFile),
 		old:  filepath.Join(dir, home.UsageOldFile),
@@ -139,6 +165,8 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 		return nil, err
 	}
 	u.checked = opt.Clock.Now()
+	u.flusher = time.AfterFunc(time.Hour, func() { u.Flush() })
+	u.flusher.Stop()
 	return u, nil
 }
 
@@ -180,37 +208,79 @@ func (u *UsageLog) look(now time.Time) {
 	_ = u.reopen()
 }
 
-// Append writes rec; failures are dropped (usage is best-effort telemetry
-// and must never fail a request).
+// Append queues rec to be written within FlushAfter; failures are
+// dropped (usage is best-effort telemetry and must never fail a request).
 func (u *UsageLog) Append(rec Usage) {
 	line, err := json.Marshal(rec)
 	if err != nil {
 		return
 	}
-	line = append(line, '\n')
-	now := u.opt.Clock.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
 		return
 	}
-	if u.f == nil || u.since >= u.opt.CheckEvery || now.Sub(u.checked) >= u.opt.CheckInterval {
-		u.look(now)
+	u.queue = append(append(u.queue, line...), '\n')
+	switch {
+	case len(u.queue) >= usageBatchMax:
+		u.flushLocked()
+	case !u.armed:
+		u.armed = true
+		u.flusher.Reset(u.opt.FlushAfter)
 	}
-	if u.f == nil {
-		return
+}
+
+// Flush writes every queued record now.
+func (u *UsageLog) Flush() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.flushLocked()
+}
+
+// flushLocked writes the queue: in one write, unless the file reaches
+// MaxBytes on the way, where it rotates between two lines. Callers hold
+// u.mu.
+func (u *UsageLog) flushLocked() {
+	if u.armed {
+		u.armed = false
+		u.flusher.Stop()
 	}
-	if torn(u.f) {
-		// A writer killed mid-line (kill -9, a full disk) left a line
-		// without its newline: end it, so this record is not glued to it.
-		line = append([]byte{'\n'}, line...)
+	now := u.opt.Clock.Now()
+	rest := u.queue
+	for len(rest) > 0 && !u.closed {
+		if u.f == nil || u.since >= u.opt.CheckEvery || now.Sub(u.checked) >= u.opt.CheckInterval {
+			u.look(now)
+		}
+		if u.f == nil {
+			break // nowhere to write: drop the records until the next look
+		}
+		batch := rest
+		if room := u.opt.MaxBytes - u.size; int64(len(batch)) > room {
+			// Up to the last line that fits, and at least one line.
+			end := bytes.LastIndexByte(batch[:max(room, 0)], '\n') + 1
+			if end == 0 {
+				end = bytes.IndexByte(batch, '\n') + 1
+			}
+			batch = batch[:end]
+		}
+		if torn(u.f) {
+			// A writer killed mid-write (kill -9, a full disk) left a
+			// line without its newline: end it, so this batch's first
+			// record is not glued to it.
+			u.f.Write([]byte{'\n'})
+		}
+		n, _ := u.f.Write(batch)
+		u.size += int64(n)
+		u.since += bytes.Count(batch, []byte{'\n'})
+		rest = rest[len(batch):]
+		if u.size >= u.opt.MaxBytes {
+			u.rotate(now)
+		}
 	}
-	n, _ := u.f.Write(line)
-	u.size += int64(n)
-	u.since++
-	if u.size >= u.opt.MaxBytes {
-		u.rotate(now)
+	if cap(u.queue) > 4*usageBatchMax {
+		u.queue = nil // a burst's buffer is not kept for ever
 	}
+	u.queue = u.queue[:0]
 }
 
 // torn reports whether f's last byte is not a newline. Writes are whole
@@ -253,10 +323,12 @@ func (u *UsageLog) rotate(now time.Time) {
 	u.since, u.checked = 0, now
 }
 
-// Close closes the file; later appends are dropped.
+// Close writes the queued records and closes the file; later appends are
+// dropped.
 func (u *UsageLog) Close() error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.flushLocked()
 	u.closed = true
 	if u.f == nil {
 		return nil

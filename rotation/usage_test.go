@@ -162,6 +162,7 @@ func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
 	for i := range n {
 		log.Append(usageRec(now.Add(time.Duration(i)*time.Millisecond), "a1", "m", 200, "", nil))
 	}
+	log.Flush()
 	cur, old := filepath.Join(dir, home.UsageFile), filepath.Join(dir, home.UsageOldFile)
 	for _, p := range []string{cur, old} {
 		fi, err := os.Stat(p)
@@ -208,14 +209,17 @@ func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
 	defer b.Close()
 	now := time.Now().UTC()
 	b.Append(usageRec(now, "b", "m", 200, "", nil))
+	b.Flush()
 	for i := 0; i < 20 && fileMissing(filepath.Join(dir, home.UsageOldFile)); i++ {
 		a.Append(usageRec(now, "a", "m", 200, "", nil))
+		a.Flush()
 	}
 	if fileMissing(filepath.Join(dir, home.UsageOldFile)) {
 		t.Fatal("A never rotated")
 	}
 	// B looks at the path before its next append (CheckEvery 1).
 	b.Append(usageRec(now, "b-after", "m", 200, "", nil))
+	b.Flush()
 	found := false
 	for _, u := range usageLines(t, filepath.Join(dir, home.UsageFile)) {
 		found = found || u.AccountID == "b-after"
@@ -227,7 +231,9 @@ func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
 	// The file removed by hand: the next look recreates it.
 	os.Remove(filepath.Join(dir, home.UsageFile))
 	b.Append(usageRec(now, "b1", "m", 200, "", nil))
+	b.Flush()
 	b.Append(usageRec(now, "b2", "m", 200, "", nil))
+	b.Flush()
 	if fileMissing(filepath.Join(dir, home.UsageFile)) {
 		t.Error("the log was not recreated after its file was removed")
 	}
@@ -246,12 +252,14 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	now := time.Now().UTC()
+	var logs []*UsageLog
 	for w := range 3 {
 		log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 8 << 10, CheckEvery: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer log.Close()
+		logs = append(logs, log)
 		for g := range 4 {
 			wg.Add(1)
 			go func() {
@@ -263,6 +271,9 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	for _, log := range logs {
+		log.Flush()
+	}
 	usageLines(t, filepath.Join(dir, home.UsageFile))
 	usageLines(t, filepath.Join(dir, home.UsageOldFile))
 	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
@@ -315,6 +326,7 @@ func TestUsageTail(t *testing.T) {
 	rec := func(id string) Usage { return Usage{Time: time.Now(), RequestID: id, AccountID: "a", Status: 200} }
 	log.Append(rec("r1"))
 	log.Append(rec("r2"))
+	log.Flush()
 	read()
 	if resets != 1 || strings.Join(got, ",") != "r1,r2" {
 		t.Fatalf("first read: %d resets, %v", resets, got)
@@ -348,6 +360,7 @@ func TestUsageTail(t *testing.T) {
 		id := fmt.Sprintf("r%d", i)
 		want = append(want, id)
 		log.Append(rec(id))
+		log.Flush()
 		read()
 	}
 	if _, err := os.Stat(filepath.Join(dir, home.UsageOldFile)); err != nil {
@@ -361,8 +374,61 @@ func TestUsageTail(t *testing.T) {
 	for i := 40; i < 60; i++ {
 		log.Append(rec(fmt.Sprintf("r%d", i)))
 	}
+	log.Flush()
 	read()
 	if resets != 2 || got[len(got)-1] != "r59" {
 		t.Fatalf("after two rotations: %d resets, %v", resets, got)
+	}
+}
+
+// Append does not wait for the disk: a record reaches the file within
+// FlushAfter on its own, at once on Flush, and the queue never grows past
+// usageBatchMax before it is written.
+func TestUsageAppendWritesBehind(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC()
+	count := func(dir string) int {
+		n := 0
+		ReadUsage(dir, func(Usage) { n++ })
+		return n
+	}
+
+	dir := t.TempDir()
+	log, err := OpenUsageLogWith(dir, UsageOptions{FlushAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	log.Append(usageRec(now, "a1", "m", 200, "", nil))
+	if n := count(dir); n != 0 {
+		t.Fatalf("%d records written before their flush", n)
+	}
+	log.Flush()
+	if n := count(dir); n != 1 {
+		t.Fatalf("%d records after Flush, want 1", n)
+	}
+	line, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
+	full := usageBatchMax/(len(line)+1) + 1
+	for range full {
+		log.Append(usageRec(now, "a1", "m", 200, "", nil))
+	}
+	if n := count(dir); n != 1+full {
+		t.Fatalf("%d records after a full queue, want %d: the queue must be written once it holds %d bytes", n, 1+full, usageBatchMax)
+	}
+
+	dir = t.TempDir()
+	soon, err := OpenUsageLogWith(dir, UsageOptions{FlushAfter: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer soon.Close()
+	soon.Append(usageRec(now, "a1", "m", 200, "", nil))
+	soon.Append(usageRec(now, "a2", "m", 200, "", nil))
+	deadline := time.Now().Add(5 * time.Second)
+	for count(dir) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records written 5 s after a 20 ms FlushAfter, want 2", count(dir))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -66,6 +67,16 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 		}
 		if code, body, err := raceRequest(p); err != nil || code != 200 {
 			t.Fatalf("request %d: %d %v %.200s", i, code, err, body)
+		}
+	}
+	// serve writes usage records behind the answers, within 100 ms.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		data, _ := os.ReadFile(h.path("usage.jsonl"))
+		if bytes.Count(data, []byte("\n")) >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("usage.jsonl has %d records 5 s after the requests, want 4", bytes.Count(data, []byte("\n")))
 		}
 	}
 	var tokens struct {
