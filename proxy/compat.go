@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -174,7 +175,17 @@ var errHoldBackFull = errors.New("hold-back bound reached")
 // any output (response.failed, or an error event), it returns the
 // failure's code: the attempt is then a failure like an HTTP error.
 func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
-	buf := make([]byte, 0, 4096)
+	// What is held back is usually a few hundred bytes that then wait for
+	// the whole stream: read into a pooled buffer, keep an exact copy.
+	pb := holdBackBufs.Get().(*[]byte)
+	buf := (*pb)[:0]
+	defer func() {
+		pending = bytes.Clone(pending)
+		if cap(buf) == holdBackBuf {
+			*pb = buf
+			holdBackBufs.Put(pb)
+		}
+	}()
 	var sc sseScanner
 	done := false
 	sc.onData = func(data []byte) {
@@ -211,6 +222,10 @@ func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
 	}
 	return buf, failure, nil
 }
+
+const holdBackBuf = 4 << 10
+
+var holdBackBufs = sync.Pool{New: func() any { b := make([]byte, 0, holdBackBuf); return &b }}
 
 // failedStreamOutcome classifies a stream that failed before any output.
 func failedStreamOutcome(code string) outcome {

@@ -457,6 +457,11 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 			if strings.Join(got, " ") != strings.Join(tc.held, " ") {
 				t.Errorf("held back %v, want %v", got, tc.held)
 			}
+			// The held-back bytes wait for the whole stream: they must not
+			// keep the read buffer alive with them.
+			if cap(pending) >= holdBackBuf {
+				t.Errorf("%d bytes held back in a buffer of %d", len(pending), cap(pending))
+			}
 		})
 	}
 }

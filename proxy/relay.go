@@ -151,6 +151,9 @@ func (r *relay) Read(p []byte) (int, error) {
 	if len(r.pending) > 0 {
 		n := copy(p, r.pending)
 		r.pending = r.pending[n:]
+		if len(r.pending) == 0 {
+			r.pending = nil // not kept for the rest of the stream
+		}
 		r.observe(p[:n])
 		return n, nil
 	}
