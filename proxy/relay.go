@@ -41,11 +41,10 @@ type relay struct {
 	failure string // code of a response.failed event
 
 	// Chat Completions on a ChatGPT account: the Codex events are
-	// translated as they arrive. in is the upstream read buffer, out the
-	// translated bytes not yet handed over (from outOff on), cut that the
-	// answer ended before the upstream's stream did.
+	// translated as they arrive. out is the translated bytes not yet
+	// handed over (from outOff on), cut that the answer ended before the
+	// upstream's stream did.
 	chat   *chat.Stream
-	in     []byte
 	out    []byte
 	outOff int
 	cut    bool
@@ -95,7 +94,6 @@ func (s *Server) relay(c *call, ch *rotation.Choice, res *result) {
 	if res.shape == shapeChatStream && res.assembled == nil {
 		r.chat = chat.NewStream(chatID(c.rid), c.start.Unix(), c.model, c.chat.IncludeUsage,
 			func(code, message string) []byte { return streamError(c.rid, code, message) })
-		r.in = make([]byte, 8<<10)
 		n = -1
 	}
 	if n < 0 && !ctx.Request.Header.IsHTTP11() {
@@ -195,8 +193,10 @@ func (r *relay) readChat(p []byte) (int, error) {
 		b := r.pending
 		r.pending = nil
 		if len(b) == 0 {
-			n, err := r.body.Read(r.in)
-			b = r.in[:n]
+			// Read into p itself: observe translates every byte into
+			// r.out before p is filled with the translation.
+			n, err := r.body.Read(p)
+			b = p[:n]
 			if err != nil {
 				r.err = err
 			}
