@@ -124,7 +124,7 @@ type UsageLog struct {
 	f       *os.File
 	fi      os.FileInfo // of f, to tell whether the path still names it
 	size    int64       // of the file at the path, as last seen plus our writes
-	since   int         // appends since the last look at the path
+	since   int         // records written since the last look at the path
 	checked time.Time   // when we last looked
 	closed  bool
 	queue   []byte      // whole lines not yet written
@@ -165,8 +165,8 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 		return nil, err
 	}
 	u.checked = opt.Clock.Now()
-	u.flusher = time.AfterFunc(time.Hour, func() { u.Flush() })
-	u.flusher.Stop()
+	u.flusher = time.AfterFunc(opt.FlushAfter, u.Flush)
+	u.flusher.Stop() // Append arms it
 	return u, nil
 }
 
