@@ -85,9 +85,9 @@ type UsageOptions struct {
 	// usage.jsonl.1 (replacing the previous one) and started afresh.
 	MaxBytes int64
 	// CheckEvery and CheckInterval say how often an open log looks at the
-	// path again (one stat): after that many appends, or that much time,
-	// whichever comes first. That is how a log notices another process
-	// rotated the file under its O_APPEND descriptor.
+	// path again (one stat): after that many records written, or that
+	// much time, whichever comes first. That is how a log notices another
+	// process rotated the file under its O_APPEND descriptor.
 	CheckEvery    int
 	CheckInterval time.Duration
 	// Clock times CheckInterval (default SystemClock).
