@@ -124,7 +124,13 @@ func (h *Home) Pool() *accounts.Pool {
 // own checks.
 func PoolIn(t testing.TB, dir string) *accounts.Pool {
 	t.Helper()
-	path := filepath.Join(dir, home.AccountsFile)
+	return PoolFile(t, filepath.Join(dir, home.AccountsFile))
+}
+
+// PoolFile parses the pool file at path (accounts.json or one of its
+// backups) with the store's own checks.
+func PoolFile(t testing.TB, path string) *accounts.Pool {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

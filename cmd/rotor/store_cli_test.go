@@ -158,14 +158,7 @@ func TestConcurrentAddKey(t *testing.T) {
 	// final list: .bak has all 21 (the current state), .bak.1 20, .bak.2 19.
 	for b := range accounts.Backups {
 		name := home.BackupName(h.path(home.AccountsFile), b)
-		data, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bp, err := accounts.Parse(name, data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		bp := hometest.PoolFile(t, name)
 		want := n + 1 - b // .bak is the current state (SPEC §2)
 		if len(bp.Accounts) != want {
 			t.Errorf("%s has %d accounts, want %d", filepath.Base(name), len(bp.Accounts), want)
