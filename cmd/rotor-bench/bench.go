@@ -82,7 +82,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		return err
 	}
 	defer up.close()
-	fmt.Fprintf(out, "| scenario | measure | direct | naive | rotor | rotor vs naive |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| scenario | measure | direct | naive | floor | rotor | rotor vs naive | rotor vs floor |\n|---|---|---|---|---|---|---|---|\n")
 	for _, sc := range scenarios() {
 		if cfg.only != "" && !strings.Contains(sc.name, cfg.only) {
 			continue
@@ -114,9 +114,9 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 	return nil
 }
 
-// startPeers starts the naive proxy and rotor in front of up (with a
-// dashboard open on rotor when cfg says so) and returns the three peers;
-// stop ends them.
+// startPeers starts the naive proxy, the floor proxy and rotor in front
+// of up (with a dashboard open on rotor when cfg says so) and returns the
+// four peers, direct first and rotor last; stop ends them.
 func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (peers []peer, stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -138,6 +138,11 @@ func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (p
 		return nil, stop, fmt.Errorf("naive proxy: %w", err)
 	}
 	stops = append(stops, naive.kill)
+	floor, err := startProc(ctx, exec.Command(self, "-floor", up.url), "")
+	if err != nil {
+		return nil, stop, fmt.Errorf("floor proxy: %w", err)
+	}
+	stops = append(stops, floor.kill)
 	home, err := os.MkdirTemp("", "rotor-bench-")
 	if err != nil {
 		return nil, stop, err
@@ -159,6 +164,7 @@ func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (p
 	return []peer{
 		{name: "direct", base: up.url + "/v1"},
 		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
+		{name: "floor", base: floor.line + "/v1", pid: floor.cmd.Process.Pid},
 		{name: "rotor", base: rotor.line, pid: rotor.cmd.Process.Pid},
 	}, stop, nil
 }
@@ -307,11 +313,12 @@ func pct(xs []time.Duration, p int) time.Duration {
 	return xs[min(len(xs)*p/100, len(xs)-1)]
 }
 
-// table prints sc's rows: each measure for each peer, and rotor's ratio
-// to the naive proxy (above 1 is better for rotor on throughput rows,
-// below 1 on the others).
+// table prints sc's rows: each measure through each peer, and rotor's
+// ratio to the naive and to the floor proxy (above 1 is better for rotor
+// on throughput rows, below 1 on the others). rs is direct, naive, floor,
+// rotor.
 func table(w io.Writer, sc scenario, rs []*result) {
-	d, n, r := rs[0], rs[1], rs[2]
+	d, n, f, r := rs[0], rs[1], rs[2], rs[3]
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.2f ms", float64(x.Microseconds())/1000) }
 	ratio := func(a, b float64) string {
 		// An added latency below zero is the direct run's own noise at
@@ -321,36 +328,49 @@ func table(w io.Writer, sc scenario, rs []*result) {
 		}
 		return fmt.Sprintf("%.2fx", a/b)
 	}
-	row := func(measure, dv, nv, rv, ratio string) {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", sc.name, measure, dv, nv, rv, ratio)
+	// row prints one measure: direct's cell as given, each proxy's from
+	// text, and rotor's ratios from value (none when value is nil).
+	row := func(measure, direct string, text func(*result) string, value func(*result) float64) {
+		vs := []string{"-", "-"}
+		if value != nil {
+			vs = []string{ratio(value(r), value(n)), ratio(value(r), value(f))}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			sc.name, measure, direct, text(n), text(f), text(r), vs[0], vs[1])
 	}
-	perReq := func(x *result) string {
+	perReq := func(x *result) float64 { return float64(x.cpu) / float64(max(x.requests, 1)) }
+	perReqText := func(x *result) string {
 		if x.requests == 0 {
 			return "-"
 		}
-		return ms(x.cpu / time.Duration(x.requests))
+		return ms(time.Duration(perReq(x)))
 	}
+	addedP50 := func(x *result) float64 { return float64(x.p50 - d.p50) }
+	addedP99 := func(x *result) float64 { return float64(x.p99 - d.p99) }
 	if !sc.streams {
-		row("throughput", fmt.Sprintf("%.0f/s", d.rps), fmt.Sprintf("%.0f/s (%.2fx direct)", n.rps, n.rps/d.rps),
-			fmt.Sprintf("%.0f/s (%.2fx direct)", r.rps, r.rps/d.rps), ratio(r.rps, n.rps))
-		row("added latency p50", "-", ms(n.p50-d.p50), ms(r.p50-d.p50), ratio(float64(r.p50-d.p50), float64(n.p50-d.p50)))
-		row("latency p99", ms(d.p99), ms(n.p99), ms(r.p99), ratio(float64(r.p99), float64(n.p99)))
-		row("proxy CPU per request", "-", perReq(n), perReq(r), ratio(float64(r.cpu)/float64(max(r.requests, 1)), float64(n.cpu)/float64(max(n.requests, 1))))
+		row("throughput", fmt.Sprintf("%.0f/s", d.rps),
+			func(x *result) string { return fmt.Sprintf("%.0f/s (%.2fx direct)", x.rps, x.rps/d.rps) },
+			func(x *result) float64 { return x.rps })
+		row("added latency p50", "-", func(x *result) string { return ms(x.p50 - d.p50) }, addedP50)
+		row("latency p99", ms(d.p99), func(x *result) string { return ms(x.p99) },
+			func(x *result) float64 { return float64(x.p99) })
+		row("proxy CPU per request", "-", perReqText, perReq)
 	} else {
 		ok := func(x *result) string { return fmt.Sprintf("%d/%d", x.requests-x.errors, x.requests) }
-		row("streams complete", ok(d), ok(n), ok(r), "-")
-		row("added event latency p50", "-", ms(n.p50-d.p50), ms(r.p50-d.p50), "-")
-		row("added event latency p99", "-", ms(n.p99-d.p99), ms(r.p99-d.p99), ratio(float64(r.p99-d.p99), float64(n.p99-d.p99)))
-		row("time to first byte p50", ms(d.ttfb50), ms(n.ttfb50), ms(r.ttfb50), ratio(float64(r.ttfb50), float64(n.ttfb50)))
-		row("proxy CPU per stream", "-", perReq(n), perReq(r), ratio(float64(r.cpu), float64(n.cpu)))
+		row("streams complete", ok(d), ok, nil)
+		row("added event latency p50", "-", func(x *result) string { return ms(x.p50 - d.p50) }, nil)
+		row("added event latency p99", "-", func(x *result) string { return ms(x.p99 - d.p99) }, addedP99)
+		row("time to first byte p50", ms(d.ttfb50), func(x *result) string { return ms(x.ttfb50) },
+			func(x *result) float64 { return float64(x.ttfb50) })
+		row("proxy CPU per stream", "-", perReqText, perReq)
 	}
-	row("proxy peak RSS", "-", fmt.Sprintf("%.0f MB", n.peakRSSMB), fmt.Sprintf("%.0f MB", r.peakRSSMB), ratio(r.peakRSSMB, n.peakRSSMB))
-	for _, x := range []struct {
-		name string
-		r    *result
-	}{{"direct", d}, {"naive", n}, {"rotor", r}} {
-		if x.r.errors > 0 {
-			fmt.Fprintf(w, "| %s | errors through %s | | | %d of %d | |\n", sc.name, x.name, x.r.errors, x.r.requests)
+	row("proxy peak RSS", "-", func(x *result) string { return fmt.Sprintf("%.0f MB", x.peakRSSMB) },
+		func(x *result) float64 { return x.peakRSSMB })
+	for i, x := range rs {
+		if x.errors > 0 {
+			cells := make([]string, len(rs)+2) // the peers' columns, then the ratios'
+			cells[i] = fmt.Sprintf("%d of %d", x.errors, x.requests)
+			fmt.Fprintf(w, "| %s | errors | %s |\n", sc.name, strings.Join(cells, " | "))
 		}
 	}
 }

@@ -1,11 +1,12 @@
 // Command rotor-bench measures rotor side by side with a naive
-// httputil.ReverseProxy and with no proxy at all (make bench-load), and
+// httputil.ReverseProxy, with the floor of its own HTTP stack (a bare
+// fasthttp pass-through) and with no proxy at all (make bench-load), and
 // prints a markdown table of ratios (docs/PERFORMANCE.md explains it).
 //
 // One run starts, on loopback only: an upstream that speaks the Responses
-// wire format (in this process), the naive proxy (this binary, as a child
-// process with -peer), and `rotor serve` with one API-key account pointing
-// at the upstream. Every scenario then runs against each peer in turn,
+// wire format (in this process), the naive and floor proxies (this binary,
+// as child processes with -peer and -floor), and `rotor serve` with one
+// API-key account pointing at the upstream. Every scenario then runs against each peer in turn,
 // interleaved, so that a machine slowing down mid-run hurts them alike.
 // Per-event latency comes from the send time the upstream writes into each
 // SSE event; CPU time and peak RSS of the proxy processes from /proc.
@@ -30,9 +31,14 @@ func main() {
 	flag.StringVar(&cfg.only, "only", "", "run only scenarios whose name contains this")
 	flag.BoolVar(&cfg.dashboard, "dashboard", false, "keep rotor's dashboard open (logged in, its live stream read) during the run")
 	peer := flag.String("peer", "", "internal: run as the naive proxy in front of this upstream URL")
+	floor := flag.String("floor", "", "internal: run as the floor proxy (a bare fasthttp pass-through) in front of this upstream URL")
 	flag.Parse()
-	if *peer != "" {
-		if err := runNaive(*peer); err != nil {
+	if *peer != "" || *floor != "" {
+		serve, target := runNaive, *peer
+		if *floor != "" {
+			serve, target = runFloor, *floor
+		}
+		if err := serve(target); err != nil {
 			fmt.Fprintln(os.Stderr, "rotor-bench peer:", err)
 			os.Exit(1)
 		}
