@@ -65,6 +65,59 @@ type Usage struct {
 	DurMS     int64     `json:"duration_ms"`
 }
 
+// AppendJSON appends u's line of usage.jsonl to b: the bytes
+// json.Marshal(u) makes, without its reflection and its allocations, since
+// every request writes one. A string that is not plain ASCII goes through
+// json.Marshal, so escaping stays exactly encoding/json's.
+func (u *Usage) AppendJSON(b []byte) []byte {
+	b = append(b, `{"time":"`...)
+	b = u.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","request_id":`...)
+	b = appendJSONString(b, u.RequestID)
+	b = append(b, `,"account_id":`...)
+	b = appendJSONString(b, u.AccountID)
+	if u.Model != "" {
+		b = append(b, `,"model":`...)
+		b = appendJSONString(b, u.Model)
+	}
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(u.Status), 10)
+	if u.Code != "" {
+		b = append(b, `,"code":`...)
+		b = appendJSONString(b, u.Code)
+	}
+	if t := u.Tokens; t != nil {
+		for _, f := range [...]struct {
+			name string
+			v    int64
+		}{{`,"tokens":{"input":`, t.Input}, {`,"cached":`, t.Cached}, {`,"output":`, t.Output},
+			{`,"reasoning":`, t.Reasoning}, {`,"total":`, t.Total}} {
+			b = strconv.AppendInt(append(b, f.name...), f.v, 10)
+		}
+		b = append(b, '}')
+	}
+	if u.TTFBMS != 0 {
+		b = append(b, `,"ttfb_ms":`...)
+		b = strconv.AppendInt(b, u.TTFBMS, 10)
+	}
+	b = append(b, `,"duration_ms":`...)
+	b = strconv.AppendInt(b, u.DurMS, 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string, as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // escapes, HTML-safe ones and invalid UTF-8 too
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
 // ErrorCode is the code a usage record is counted under as an error, or ""
 // when the request succeeded: its own code (stream_interrupted,
 // client_closed, a response.failed code...), else "http_<status>" for an
@@ -211,16 +264,12 @@ func (u *UsageLog) look(now time.Time) {
 // Append queues rec to be written within FlushAfter; failures are
 // dropped (usage is best-effort telemetry and must never fail a request).
 func (u *UsageLog) Append(rec Usage) {
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return
-	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
 		return
 	}
-	u.queue = append(append(u.queue, line...), '\n')
+	u.queue = append(rec.AppendJSON(u.queue), '\n')
 	switch {
 	case len(u.queue) >= usageBatchMax:
 		u.flushLocked()

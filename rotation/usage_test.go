@@ -285,6 +285,47 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 	}
 }
 
+// Every line of usage.jsonl is what encoding/json would write for its
+// record, byte for byte: readers and other tools parse it as such.
+func TestUsageLineIsEncodingJSONs(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 24, 22, 10, 35, 123456789, time.UTC)
+	recs := []Usage{
+		usageRec(at, "a1", "gpt-5", 200, "", &Tokens{Input: 1000, Cached: 5, Output: 100, Reasoning: 7, Total: 1100}),
+		usageRec(at.Truncate(time.Second), "a2", "", 429, "usage_limit_reached", nil),
+		{Time: at, RequestID: "rotor_x", AccountID: "a3", Status: 499, Code: "client_closed", TTFBMS: 12, DurMS: 0},
+		{Time: at, Tokens: &Tokens{Input: -1}},
+	}
+	for _, model := range []string{`gpt-5 "quoted" \ back`, "<script>&", "tab\there\nline\x00\x1f\x7f", "ünïcödé ✓", "bad \xff\xfe utf-8", "\u2028\u2029"} {
+		recs = append(recs, usageRec(at, model, model, 200, model, nil))
+	}
+	for _, rec := range recs {
+		want, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.AppendJSON([]byte("prefix")); string(got) != "prefix"+string(want) {
+			t.Errorf("AppendJSON:\n got %s\nwant prefix%s", got, want)
+		}
+	}
+}
+
+func FuzzUsageLine(f *testing.F) {
+	f.Add("gpt-5", "usage_limit_reached", int64(3))
+	f.Add("<\"\\\u2028\xff>", "", int64(-1))
+	f.Fuzz(func(t *testing.T, model, code string, n int64) {
+		rec := Usage{Time: time.Unix(0, n).UTC(), RequestID: model + code, AccountID: code, Model: model,
+			Status: int(n % 600), Code: code, Tokens: &Tokens{Input: n, Total: -n}, TTFBMS: n % 3, DurMS: n}
+		want, err := json.Marshal(rec)
+		if err != nil {
+			t.Skip() // a time encoding/json refuses (year past 9999)
+		}
+		if got := rec.AppendJSON(nil); string(got) != string(want) {
+			t.Errorf("AppendJSON:\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
 func BenchmarkUsageAppend(b *testing.B) {
 	log, err := OpenUsageLog(b.TempDir())
 	if err != nil {
