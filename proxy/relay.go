@@ -248,25 +248,39 @@ func (r *relay) onEvent(data []byte) {
 	}
 }
 
-// usageOf reads a usage object in either API's names: the Responses API's
-// input/output tokens or Chat Completions' prompt/completion tokens.
+// usageNames are the usage members rotor reads, for each Tokens field in
+// order: the Responses API's name, Chat Completions' name, and the member
+// inside it that holds the count, if it is an object.
+var usageNames = [...]struct{ responses, chat, inner string }{
+	{"input_tokens", "prompt_tokens", ""},
+	{"input_tokens_details", "prompt_tokens_details", "cached_tokens"},
+	{"output_tokens", "completion_tokens", ""},
+	{"output_tokens_details", "completion_tokens_details", "reasoning_tokens"},
+	{"total_tokens", "total_tokens", ""},
+}
+
+// usageOf reads a usage object in either API's names, in one pass; the
+// Responses name wins over the Chat Completions one.
 func usageOf(u gjson.Result) *rotation.Tokens {
 	if !u.IsObject() {
 		return nil
 	}
-	either := func(a, b string) int64 {
-		if v := u.Get(a); v.Exists() {
-			return v.Int()
+	var t rotation.Tokens
+	fields := [len(usageNames)]*int64{&t.Input, &t.Cached, &t.Output, &t.Reasoning, &t.Total}
+	var responses [len(usageNames)]bool // the field came under the Responses name
+	u.ForEach(func(k, v gjson.Result) bool {
+		for i, n := range usageNames {
+			if (k.Str == n.responses || k.Str == n.chat) && !responses[i] {
+				if n.inner != "" {
+					v = v.Get(n.inner)
+				}
+				*fields[i], responses[i] = v.Int(), k.Str == n.responses
+				break
+			}
 		}
-		return u.Get(b).Int()
-	}
-	return &rotation.Tokens{
-		Input:     either("input_tokens", "prompt_tokens"),
-		Cached:    either("input_tokens_details.cached_tokens", "prompt_tokens_details.cached_tokens"),
-		Output:    either("output_tokens", "completion_tokens"),
-		Reasoning: either("output_tokens_details.reasoning_tokens", "completion_tokens_details.reasoning_tokens"),
-		Total:     u.Get("total_tokens").Int(),
-	}
+		return true
+	})
+	return &t
 }
 
 // CloseWithError is called by fasthttp once the answer is written, or when
