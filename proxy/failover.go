@@ -48,7 +48,7 @@ type rule struct {
 	flag    string // accounts.Flag* to set, "" for none
 	disable bool   // with flag: also disable the account
 	rotate  bool
-	respond func(c *call, ch *rotation.Choice, res *result) rerr.Spec
+	respond func(c *call, index int, res *result) rerr.Spec // index: the account's, as the user numbers it
 }
 
 // failover is SPEC §4's failover table, one row per outcome.
@@ -58,14 +58,14 @@ var failover = [outCount]rule{
 	outEntitlement:  {name: "entitlement", reason: "entitlement", rotate: true},
 	outUnauthorized: {name: "auth-failure", reason: "auth-failure", account: rotation.AuthRejected, rotate: true},
 	outTokenInvalidated: {name: "token-invalidated", account: rotation.TokenRevoked, flag: accounts.FlagTokenInvalid,
-		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
+		respond: func(c *call, index int, res *result) rerr.Spec {
 			return rerr.Spec{Code: rerr.TokenInvalidated,
-				Message: fmt.Sprintf("the token of account %d was invalidated upstream; it is flagged and will not be used until you log in again (\"rotor login\" or \"rotor import codex\")", ch.Index),
-				Extra:   []rerr.Field{{Key: "account_index", Value: ch.Index}}}
+				Message: fmt.Sprintf("the token of account %d was invalidated upstream; it is flagged and will not be used until you log in again (\"rotor login\" or \"rotor import codex\")", index),
+				Extra:   []rerr.Field{{Key: "account_index", Value: index}}}
 		}},
 	outDeactivated: {name: "deactivated", reason: "auth-failure", flag: accounts.FlagDeactivated, disable: true, rotate: true},
 	outBlocked: {name: "blocked",
-		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
+		respond: func(c *call, index int, res *result) rerr.Spec {
 			return rerr.Spec{Code: rerr.UpstreamBlocked,
 				Message: "the upstream answered with a challenge page (Cloudflare); this is not the account's fault: check your network, VPN or proxy",
 				Extra:   []rerr.Field{{Key: "upstream_status", Value: res.status}}}
@@ -76,13 +76,13 @@ var failover = [outCount]rule{
 	// is tried, and none is blamed.
 	outUnreachable: {name: "unreachable", reason: "network-error", rotate: true},
 	outOverloaded: {name: "overloaded",
-		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
+		respond: func(c *call, index int, res *result) rerr.Spec {
 			return rerr.Spec{Code: rerr.ProxyOverloaded, RetryAfter: overloadedRetry,
 				Message: "rotor is at its own connection limit; no account is at fault, try again shortly",
 				Extra:   []rerr.Field{{Key: "retry_after_ms", Value: overloadedRetry.Milliseconds()}}}
 		}},
 	outClientError: {name: "client-error", account: rotation.Answered,
-		respond: func(c *call, ch *rotation.Choice, res *result) rerr.Spec {
+		respond: func(c *call, index int, res *result) rerr.Spec {
 			return upstreamSpec(res)
 		}},
 }

@@ -454,7 +454,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 			return
 		}
 		if !rule.rotate {
-			s.fail(ctx, rid, rule.respond(c, &choice, res), c)
+			s.fail(ctx, rid, rule.respond(c, choice.Index, res), c)
 			return
 		}
 		ev := s.deps.Log.Info().Str("request_id", rid).Int("account", choice.Index).

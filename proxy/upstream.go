@@ -25,9 +25,18 @@ import (
 // kind (SPEC §4 Upstream adapters).
 type adapter struct {
 	paths [opCount]string // by op
-	// prepare adds the kind's own headers.
-	prepare func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret)
-	base    func(cfg *Config, a *accounts.Account) string
+	// configBase is the kind's upstream for an account that names none.
+	configBase func(cfg *Config) string
+	// prepare adds the kind's own headers. It takes values: the compiler
+	// assumes a call through a func field keeps any pointer it is given,
+	// which would move every request's account choice and secret to the
+	// heap.
+	prepare func(h HeaderSetter, chatgptAccountID string, sec secrets.Secret)
+}
+
+// base is the upstream of account a.
+func (ad adapter) base(cfg *Config, a *accounts.Account) string {
+	return cmp.Or(a.BaseURL, ad.configBase(cfg))
 }
 
 var adapters = map[accounts.Kind]adapter{
@@ -35,11 +44,11 @@ var adapters = map[accounts.Kind]adapter{
 		// Chat Completions are translated to the Codex backend's Responses.
 		paths: [opCount]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact",
 			opChat: "/codex/responses", opModels: "/codex/models"},
-		base: func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.ChatGPTBase) },
-		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
+		configBase: func(cfg *Config) string { return cfg.ChatGPTBase },
+		prepare: func(h HeaderSetter, chatgptAccountID string, sec secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.AccessToken)
-			if a.ChatGPTAccountID != "" {
-				h.Set("chatgpt-account-id", a.ChatGPTAccountID)
+			if chatgptAccountID != "" {
+				h.Set("chatgpt-account-id", chatgptAccountID)
 			}
 			h.Set("OpenAI-Beta", "responses=experimental")
 			h.Set("originator", "codex_cli_rs")
@@ -48,8 +57,8 @@ var adapters = map[accounts.Kind]adapter{
 	accounts.KindAPIKey: {
 		paths: [opCount]string{opResponses: "/responses", opCompact: "/responses/compact",
 			opChat: "/chat/completions", opModels: "/models"},
-		base: func(cfg *Config, a *accounts.Account) string { return cmp.Or(a.BaseURL, cfg.OpenAIBase) },
-		prepare: func(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
+		configBase: func(cfg *Config) string { return cfg.OpenAIBase },
+		prepare: func(h HeaderSetter, _ string, sec secrets.Secret) {
 			h.Set("Authorization", "Bearer "+sec.APIKey)
 		},
 	},
@@ -64,7 +73,7 @@ type HeaderSetter interface{ Set(key, value string) }
 // Other rotor code that calls an upstream (verify-flagged) uses it too, so
 // the set lives in one place.
 func SetAccountHeaders(h HeaderSetter, a *accounts.Account, sec *secrets.Secret) {
-	adapters[a.Kind].prepare(h, a, sec)
+	adapters[a.Kind].prepare(h, a.ChatGPTAccountID, *sec)
 }
 
 // ModelsURL is the models list of a's upstream, its cheapest authenticated
@@ -223,7 +232,7 @@ func (s *Server) send(c *call, a *accounts.Account, sec *secrets.Secret) *result
 	req.SetRequestURI(uri)
 	req.Header.SetMethodBytes(in.Header.Method())
 	copyRequestHeaders(&req.Header, &in.Header)
-	ad.prepare(&req.Header, a, sec)
+	ad.prepare(&req.Header, a.ChatGPTAccountID, *sec)
 	res := &result{endpoint: s.endpoints.of(base)}
 	if c.op == opModels {
 		if a.Kind == accounts.KindChatGPT && !c.codexClient {
