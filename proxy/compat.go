@@ -75,31 +75,31 @@ func chatgptBody(body []byte, s *scanned) (out []byte, assemble bool, err error)
 	changed := false
 	for i := range s.members {
 		m := &s.members[i]
-		m.repl, m.drop = nil, false
+		m.edit = keep
 		switch k, v := m.key(body), body[m.valStart:m.end]; {
 		case k == "stream":
 			stream = string(v) == "true"
 			if !stream {
-				m.repl = []byte("true")
+				m.edit = setTrue
 			}
 		case k == "store":
 			store = true
 			if string(v) != "false" {
-				m.repl = []byte("false")
+				m.edit = setFalse
 			}
 		case k == "instructions":
 			// "instructions":null is as missing: the backend wants a string.
 			instr = true
 			if string(v) == "null" {
-				m.repl = []byte(`""`)
+				m.edit = setEmptyString
 			}
 		case slices.Contains(DroppedForChatGPT, k):
-			m.drop = true
+			m.edit = drop
 		}
-		changed = changed || m.drop || m.repl != nil
+		changed = changed || m.edit != keep
 	}
 	var add []byte
-	if !stream && !slices.ContainsFunc(s.members, func(m member) bool { return m.repl != nil && string(m.repl) == "true" }) {
+	if !stream && !slices.ContainsFunc(s.members, func(m member) bool { return m.edit == setTrue }) {
 		add = append(add, `"stream":true,`...)
 	}
 	if !store {
@@ -126,7 +126,7 @@ func splice(body []byte, ms []member, add []byte) []byte {
 	last, wrote := obj+1, false // last: end of the last member written, or the object's start
 	adjacent := true            // nothing dropped since last
 	for _, m := range ms {
-		if m.drop {
+		if m.edit == drop {
 			adjacent = false
 			continue
 		}
@@ -137,8 +137,8 @@ func splice(body []byte, ms []member, add []byte) []byte {
 			out = append(out, ',')
 		}
 		out = append(out, body[m.start:m.valStart]...)
-		if m.repl != nil {
-			out = append(out, m.repl...)
+		if m.edit != keep {
+			out = append(out, editValues[m.edit]...)
 		} else {
 			out = append(out, body[m.valStart:m.end]...)
 		}

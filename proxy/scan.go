@@ -14,13 +14,28 @@ import (
 // session's megabytes of history are walked one time, not once per field.
 
 // member is one top-level member of a JSON object: its key (quotes
-// included) spans start to keyEnd, its value valStart to end. repl and
-// drop are edits the ChatGPT rewrite makes to it.
+// included) spans start to keyEnd, its value valStart to end. edit is what
+// the ChatGPT rewrite does to it.
 type member struct {
 	start, keyEnd, valStart, end int
-	repl                         []byte
-	drop                         bool
+	edit                         edit
 }
+
+// edit is a change the ChatGPT rewrite makes to a member. It is a small
+// number rather than the new bytes themselves: every request carries a
+// table of members, and the few values the rewrite writes are constants.
+type edit uint8
+
+const (
+	keep edit = iota
+	drop
+	setTrue
+	setFalse
+	setEmptyString
+)
+
+// editValues are the values the set edits write.
+var editValues = [...]string{setTrue: "true", setFalse: "false", setEmptyString: `""`}
 
 // maxDepth bounds nesting, as encoding/json does: a body of a million '['
 // must not cost a million stack frames.
