@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -449,4 +450,27 @@ func TestPromptCacheKeyKeepsAConversationOnOneAccount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every upstream connect runs on a goroutine of its own (dialAside); none
+// is left behind. Not parallel: it counts the process's goroutines.
+func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})
+	one := func() {
+		r := e.do("POST", "/v1/responses", streamBody)
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			t.Fatalf("status %d", r.StatusCode)
+		}
+		e.srv.client.CloseIdleConnections() // the next request dials
+	}
+	one()
+	before := runtime.NumGoroutine()
+	for range 20 {
+		one()
+	}
+	eventually(t, 5*time.Second, "goroutines back to their number before 20 dials", func() bool {
+		return runtime.NumGoroutine() <= before
+	})
 }
