@@ -192,7 +192,7 @@ func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
 		if done {
 			return
 		}
-		t := gjson.GetBytes(data, "type").Str
+		t := eventField(data, "type").Str
 		switch {
 		case bootstrapEvents[t]:
 		case t == "response.failed":

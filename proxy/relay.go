@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -227,12 +228,12 @@ func (r *relay) onEvent(data []byte) {
 	if r.chat != nil {
 		r.out = r.chat.Event(r.out, data)
 	}
-	switch gjson.GetBytes(data, "type").Str {
+	switch eventField(data, "type").Str {
 	case "response.completed", "response.done", "response.incomplete":
-		r.tokens = usageOf(gjson.GetBytes(data, "response.usage"))
+		r.tokens = usageOf(eventField(data, "response.usage"))
 	case "response.failed":
 		r.failure = gjson.GetBytes(data, "response.error.code").String()
-		r.tokens = usageOf(gjson.GetBytes(data, "response.usage"))
+		r.tokens = usageOf(eventField(data, "response.usage"))
 	case "codex.rate_limits":
 		if q := quotaFromEvent(r.s.deps.Clock.Now(), data); q != nil {
 			r.s.rt().SetQuota(r.choice.Account.ID, *q)
@@ -241,11 +242,18 @@ func (r *relay) onEvent(data []byte) {
 		// A Chat Completions chunk: usage rides on one of them
 		// (stream_options.include_usage), usually the last.
 		if r.chunks {
-			if u := usageOf(gjson.GetBytes(data, "usage")); u != nil {
+			if u := usageOf(eventField(data, "usage")); u != nil {
 				r.tokens = u
 			}
 		}
 	}
+}
+
+// eventField reads path in an event's data as gjson.GetBytes does, without
+// copying what it finds: it runs on every event of every stream. The
+// result points into data, so nothing of it may outlive data.
+func eventField(data []byte, path string) gjson.Result {
+	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
 }
 
 // usageNames are the usage members rotor reads, for each Tokens field in
