@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"net"
 	"net/url"
 
 	"github.com/valyala/fasthttp"
@@ -34,11 +32,10 @@ func runFloor(target string) error {
 			ctx.SetBodyStream(floorBody{resp}, resp.Header.ContentLength())
 		},
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := announce()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("http://%s\n", ln.Addr())
 	return srv.Serve(ln)
 }
 

@@ -20,10 +20,20 @@ func runNaive(target string) error {
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
 	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := announce()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("http://%s\n", ln.Addr())
 	return http.Serve(ln, rp)
+}
+
+// announce listens on a loopback port for a peer process and prints its
+// URL on stdout: the line the benchmark waits for.
+func announce() (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("http://%s\n", ln.Addr())
+	return ln, nil
 }
