@@ -67,8 +67,9 @@ type Usage struct {
 
 // AppendJSON appends u's line of usage.jsonl to b: the bytes
 // json.Marshal(u) makes, without its reflection and its allocations, since
-// every request writes one. A string that is not plain ASCII goes through
-// json.Marshal, so escaping stays exactly encoding/json's.
+// every request writes one. A string that needs escaping (quotes,
+// backslashes, control characters, <, > and &) or is not plain ASCII goes
+// through json.Marshal, so escaping stays exactly encoding/json's.
 func (u *Usage) AppendJSON(b []byte) []byte {
 	b = append(b, `{"time":"`...)
 	b = u.Time.AppendFormat(b, time.RFC3339Nano)
