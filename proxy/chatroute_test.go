@@ -58,7 +58,7 @@ func fixtureChunks(t *testing.T, fixture string, first string, includeUsage bool
 	})
 	var out []byte
 	var sc sseScanner
-	sc.onData = func(data []byte) { out = st.Event(out, data) }
+	sc.onEvent = func(e event) { out = st.Event(out, e.typ, e.data) }
 	sc.feed(compatFixture(t, "sse/"+fixture))
 	return chatData(t, bytes.NewReader(out))
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,6 +32,7 @@ const (
 	outUnreachable
 	outOverloaded
 	outClientError
+	outBadRequest
 	outCount
 )
 
@@ -48,7 +48,7 @@ type rule struct {
 	flag    string // accounts.Flag* to set, "" for none
 	disable bool   // with flag: also disable the account
 	rotate  bool
-	respond func(c *call, index int, res *result) rerr.Spec // index: the account's, as the user numbers it
+	respond func(index int, f *failure) rerr.Spec // index: the account's, as the user numbers it
 }
 
 // failover is SPEC §4's failover table, one row per outcome.
@@ -58,17 +58,17 @@ var failover = [outCount]rule{
 	outEntitlement:  {name: "entitlement", reason: "entitlement", rotate: true},
 	outUnauthorized: {name: "auth-failure", reason: "auth-failure", account: rotation.AuthRejected, rotate: true},
 	outTokenInvalidated: {name: "token-invalidated", account: rotation.TokenRevoked, flag: accounts.FlagTokenInvalid,
-		respond: func(c *call, index int, res *result) rerr.Spec {
+		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.TokenInvalidated,
 				Message: fmt.Sprintf("the token of account %d was invalidated upstream; it is flagged and will not be used until you log in again (\"rotor login\" or \"rotor import codex\")", index),
 				Extra:   []rerr.Field{{Key: "account_index", Value: index}}}
 		}},
 	outDeactivated: {name: "deactivated", reason: "auth-failure", flag: accounts.FlagDeactivated, disable: true, rotate: true},
 	outBlocked: {name: "blocked",
-		respond: func(c *call, index int, res *result) rerr.Spec {
+		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.UpstreamBlocked,
 				Message: "the upstream answered with a challenge page (Cloudflare); this is not the account's fault: check your network, VPN or proxy",
-				Extra:   []rerr.Field{{Key: "upstream_status", Value: res.status}}}
+				Extra:   []rerr.Field{{Key: "upstream_status", Value: f.status}}}
 		}},
 	outServerError:  {name: "server-error", reason: "server-error", account: rotation.ServerFault, rotate: true},
 	outNetworkError: {name: "network-error", reason: "network-error", account: rotation.NetworkFault, rotate: true},
@@ -76,22 +76,28 @@ var failover = [outCount]rule{
 	// is tried, and none is blamed.
 	outUnreachable: {name: "unreachable", reason: "network-error", rotate: true},
 	outOverloaded: {name: "overloaded",
-		respond: func(c *call, index int, res *result) rerr.Spec {
+		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.ProxyOverloaded, RetryAfter: overloadedRetry,
 				Message: "rotor is at its own connection limit; no account is at fault, try again shortly",
 				Extra:   []rerr.Field{{Key: "retry_after_ms", Value: overloadedRetry.Milliseconds()}}}
 		}},
 	outClientError: {name: "client-error", account: rotation.Answered,
-		respond: func(c *call, index int, res *result) rerr.Spec {
-			return upstreamSpec(res)
+		respond: func(index int, f *failure) rerr.Spec {
+			return upstreamSpec(f)
+		}},
+	// rotor could not make the body this account's kind takes: the
+	// client's request is at fault, not the account.
+	outBadRequest: {name: "bad-request",
+		respond: func(index int, f *failure) rerr.Spec {
+			return rerr.Spec{Code: rerr.ProxyBadRequest, Message: f.message}
 		}},
 }
 
 // judge applies rule's "account gets" column to the account of ch. A 2xx
 // is judged when its answer ends (relay), not here.
-func (s *Server) judge(r *rule, ch *rotation.Choice, res *result) {
+func (s *Server) judge(r *rule, ch *rotation.Choice, f *failure) {
 	if r.account != rotation.Served {
-		s.rt().Record(ch.Account.ID, r.account, res.status, res.resetAt)
+		s.rt().Record(ch.Account.ID, r.account, f.status, f.resetAt)
 	}
 	if r.flag != "" {
 		s.flag(ch.Account.ID, r.flag, r.disable)
@@ -185,6 +191,14 @@ func htmlBody(h *fasthttp.ResponseHeader, body []byte) bool {
 	return len(t) > 0 && t[0] == '<'
 }
 
+// failedStreamOutcome classifies a stream that failed before any output.
+func failedStreamOutcome(code string) outcome {
+	if containsAny(code, "usage_limit", "rate_limit", "insufficient_quota") {
+		return outUsageLimit
+	}
+	return outServerError // server_is_overloaded, slow_down and the like
+}
+
 func containsAny(s string, subs ...string) bool {
 	for _, sub := range subs {
 		if strings.Contains(s, sub) {
@@ -239,8 +253,8 @@ func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time
 
 // upstreamSpec normalizes an upstream error the client should see as is:
 // the upstream's status and code, its message, and where it came from.
-func upstreamSpec(res *result) rerr.Spec {
-	body := res.body
+func upstreamSpec(f *failure) rerr.Spec {
+	body := f.body
 	code := gjson.GetBytes(body, "error.code").String()
 	if code == "" {
 		code = gjson.GetBytes(body, "detail.code").String()
@@ -259,160 +273,18 @@ func upstreamSpec(res *result) rerr.Spec {
 		msg = strings.ToValidUTF8(string(body[:min(len(body), 1024)]), "")
 	}
 	if msg == "" {
-		msg = fmt.Sprintf("upstream answered %d", res.status)
+		msg = fmt.Sprintf("upstream answered %d", f.status)
 	}
-	extra := []rerr.Field{{Key: "upstream_status", Value: res.status}, {Key: "upstream_request_id", Value: res.upstreamID}}
+	extra := []rerr.Field{{Key: "upstream_status", Value: f.status}, {Key: "upstream_request_id", Value: f.upstreamID}}
 	if p := gjson.GetBytes(body, "error.param"); p.Type == gjson.String {
 		extra = append(extra, rerr.Field{Key: "param", Value: p.Str})
 	}
 	return rerr.Spec{
 		Code:    code,
-		Status:  res.status,
+		Status:  f.status,
 		Type:    gjson.GetBytes(body, "error.type").String(),
 		Message: msg,
 		Extra:   extra,
 	}
 }
 
-// exhausted answers a request no account could serve: entitlement when
-// every attempt lacked it, the pin's refusal when a pin forbids rotating,
-// else the pool-exhausted payload.
-func (s *Server) exhausted(c *call, ref *rotation.Refusal) {
-	now := s.deps.Clock.Now()
-	skips := make(map[string]string, len(ref.SkipReasons))
-	untried := false
-	for i, r := range ref.SkipReasons {
-		if r == "" {
-			untried = true // usable, only not tried: the attempt budget ran out, or a pin forbids it
-			continue
-		}
-		skips[strconv.Itoa(i)] = r
-	}
-	if len(c.outcomes) > 0 && allEntitlement(c.outcomes) {
-		s.fail(c.ctx, c.rid, rerr.Spec{Code: rerr.EntitlementError,
-			Message: "no account in the pool has access to this (the upstream said it is not included in the plan)",
-			Extra:   []rerr.Field{{Key: "upstream_status", Value: 404}}}, c)
-		return
-	}
-	retryMS := ref.RetryAfter.Milliseconds()
-	if ref.Pinned {
-		var reason any
-		if ref.PinReason != "" {
-			reason = ref.PinReason
-		}
-		var resetAt any
-		if !ref.ResetAt.IsZero() {
-			resetAt = ref.ResetAt.UTC().Format(time.RFC3339)
-		}
-		cat := ""
-		if ref.PinReason == rotation.SkipRateLimited {
-			cat = rerr.CategoryRateLimit
-		}
-		s.fail(c.ctx, c.rid, rerr.Spec{Code: rerr.PinnedUnavailable, Category: cat,
-			Message: fmt.Sprintf("the pinned account %d cannot serve now (%s); run \"rotor rotation status\" to see when it comes back, or \"rotor unpin\" to rotate again",
-				ref.PinnedIndex, cmp.Or(ref.PinReason, "unknown")),
-			RetryAfter: ref.RetryAfter,
-			Extra: []rerr.Field{
-				{Key: "pinned_account_index", Value: ref.PinnedIndex},
-				{Key: "pin_source", Value: ref.PinSource},
-				{Key: "reason", Value: reason},
-				{Key: "retry_after_ms", Value: retryMS},
-				{Key: "reset_at", Value: resetAt},
-				{Key: "account_skip_reasons", Value: skips},
-			}}, c)
-		return
-	}
-	reason := exhaustionReason(c.outcomes, ref)
-	retryAfter := ref.RetryAfter
-	if untried {
-		// Only this request's attempt budget (--max-attempts) is spent: an
-		// account can serve right now, so the earliest recovery is now.
-		retryAfter, retryMS = 0, 0
-	}
-	msg := fmt.Sprintf("no account can serve this request now (%s); run \"rotor rotation status\" for details", reason)
-	cat := ""
-	switch {
-	case reason == "no-account":
-		// Waiting does not help: the pool needs an account. No
-		// Retry-After, so SDKs do not retry it.
-		cat, retryAfter, retryMS = rerr.CategoryConfiguration, 0, 0
-		msg = "rotor has no enabled account: add one with \"rotor login\", \"rotor import codex\" or \"rotor add-key\" (or \"rotor enable <index>\")"
-	case reason == "network-error" && c.netErr != nil:
-		msg = fmt.Sprintf("cannot reach the upstream %s (%v) and no account on another endpoint can serve; check your network", c.unreachable[len(c.unreachable)-1], c.netErr)
-	}
-	spec := rerr.Spec{Code: rerr.PoolExhausted, RetryAfter: retryAfter, Category: cat,
-		Message: msg,
-		Extra: []rerr.Field{
-			{Key: "reason", Value: reason},
-			{Key: "retry_after_ms", Value: retryMS},
-			{Key: "hint", Value: `run "rotor rotation status"`},
-			{Key: "account_skip_reasons", Value: skips},
-		}}
-	if reason == "rate-limit" {
-		// Codex CLI reads type usage_limit_reached and resets_at to tell its
-		// user when to come back; the status is 429 only when every account
-		// waits for a reset, 503 when the attempt budget ran out first.
-		spec.Type, spec.Category = rerr.TypeUsageLimit, rerr.CategoryRateLimit
-		if ref.AllRateLimited {
-			spec.Status = 429
-			setQuotaHeaders(&c.ctx.Response.Header, now, ref.SoonestQuota)
-			spec.Message = fmt.Sprintf("every account has reached its usage limit; the first one resets at %s", ref.ResetAt.UTC().Format(time.RFC3339))
-		} else {
-			spec.Message = "the accounts tried have reached their usage limit; try again, or run \"rotor rotation status\""
-		}
-		resetAt := ref.ResetAt
-		if untried || resetAt.IsZero() {
-			resetAt = now // an account can serve at once: come back now
-		}
-		in := int64(resetAt.Sub(now).Seconds() + 0.999)
-		spec.Extra = append(spec.Extra,
-			rerr.Field{Key: "resets_at", Value: resetAt.Unix()},
-			rerr.Field{Key: "resets_in_seconds", Value: max(in, 0)})
-	}
-	s.fail(c.ctx, c.rid, spec, c)
-}
-
-func allEntitlement(outs []outcome) bool {
-	for _, o := range outs {
-		if o != outEntitlement {
-			return false
-		}
-	}
-	return true
-}
-
-// exhaustionReason names why the pool is exhausted: rate-limit when every
-// live account waits for a usage-limit reset, else the last failure this
-// request met, else what most skipped accounts are waiting for.
-func exhaustionReason(outs []outcome, ref *rotation.Refusal) string {
-	if ref.AllRateLimited && !ref.ResetAt.IsZero() {
-		return "rate-limit"
-	}
-	for i := len(outs) - 1; i >= 0; i-- {
-		if r := failover[outs[i]].reason; r != "" {
-			return r
-		}
-	}
-	counts := map[string]int{}
-	for _, r := range ref.SkipReasons {
-		if k := skipToReason[r]; k != "" {
-			counts[k]++
-		}
-	}
-	best, n := "no-account", 0
-	for _, k := range []string{"rate-limit", "server-error", "network-error", "auth-failure"} {
-		if counts[k] > n {
-			best, n = k, counts[k]
-		}
-	}
-	return best
-}
-
-var skipToReason = map[string]string{
-	rotation.SkipRateLimited:                            "rate-limit",
-	rotation.SkipCircuitOpen:                            "server-error",
-	"cooling-down:" + rotation.CooldownServerError:      "server-error",
-	"cooling-down:" + rotation.CooldownNetworkError:     "network-error",
-	"cooling-down:" + rotation.CooldownAuthFailure:      "auth-failure",
-	"cooling-down:" + rotation.CooldownTokenInvalidated: "auth-failure",
-}

@@ -81,7 +81,7 @@ func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
 // setQuotaHeaders writes q back as the x-codex-* headers parseQuota reads,
 // as the Codex backend sends them, so that a client such as Codex CLI can
 // show its own usage-limit banner for the account rotor waits on.
-func setQuotaHeaders(h *fasthttp.ResponseHeader, now time.Time, q *rotation.Quota) {
+func setQuotaHeaders(h HeaderSetter, now time.Time, q *rotation.Quota) {
 	if q == nil {
 		return
 	}

@@ -4,42 +4,43 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"time"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
-	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// relay is the body of a successful answer: fasthttp's server reads it and
-// writes every chunk it returns to the client at once (one chunk, one
-// flush), so each SSE event leaves rotor as soon as it arrives, with no
-// goroutine and no buffer beyond the server's copy buffer. As bytes pass it
-// reads the few events rotor cares about (usage, quota, failure).
+// relay is the body of a successful answer. The responder reads it and
+// writes every chunk it returns to the client at once (fasthttp's server:
+// one chunk, one flush), so each SSE event leaves rotor as soon as it
+// arrives, with no goroutine and no buffer beyond the server's copy
+// buffer. As bytes pass it reads the few events rotor cares about (usage,
+// quota, failure); when the answer ends it settles the account and
+// finishes the request.
 type relay struct {
 	s       *Server
-	rid     string
-	model   string
+	r       *request
 	choice  rotation.Choice
-	attempt int
 	status  int
 	resp    *fasthttp.Response
 	body    io.Reader
 	pending []byte // bytes already read from the upstream, sent first
 
-	start   time.Time
+	// assembled: the body is one JSON object rotor built from a whole
+	// stream; isJSON: the body is a JSON object, kept (bounded) in json
+	// so its usage can be read at the end.
+	assembled bool
+	isJSON    bool
+	json      []byte
+
 	ttfb    time.Duration
 	err     error // sticky: the upstream's io.EOF or failure
 	scan    sseScanner
-	json    []byte // a non-stream JSON answer, kept (bounded) to read its usage
-	isJSON  bool
 	tokens  *rotation.Tokens
-	failure string // code of a response.failed event
+	failure string // code of a stream's failure event
 
 	// Chat Completions on a ChatGPT account: the Codex events are
 	// translated as they arrive. out is the translated bytes not yet
@@ -49,308 +50,178 @@ type relay struct {
 	out    []byte
 	outOff int
 	cut    bool
-	// chunks: the upstream itself streams Chat Completions chunks
-	// (API-key accounts), whose usage rotor reads as they pass.
-	chunks bool
 }
 
 const maxJSONUsage = 8 << 20
 
-// relay commits the answer of res to the client.
-func (s *Server) relay(c *call, ch *rotation.Choice, res *result) {
-	resp, ctx := res.resp, c.ctx
-	ctx.SetStatusCode(resp.StatusCode())
-	hop := resp.Header.Peek("Connection")
-	for k, v := range resp.Header.All() {
-		if passes(dropResponseHeaders, hop, k) {
-			ctx.Response.Header.AddBytesKV(k, v)
-		}
+// commit hands the answer ans from the account of ch to the client
+// through w; the relay it makes finishes the request when the answer
+// ends.
+func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answer) {
+	resp := ans.resp
+	rl := &relay{
+		s: s, r: r, choice: *ch, status: resp.StatusCode(), resp: resp,
+		body: resp.BodyStream(), pending: ans.pending,
 	}
-	ctx.Response.Header.Set("x-request-id", c.rid)
-	if res.upstreamID != "" {
-		ctx.Response.Header.Set("x-upstream-request-id", res.upstreamID)
-	}
-	r := &relay{
-		s: s, rid: c.rid, model: c.model, choice: *ch, attempt: len(c.attempted),
-		status: resp.StatusCode(), resp: resp, body: resp.BodyStream(), start: c.start,
-		pending: res.pending,
-	}
-	if res.ended {
-		r.body = eofReader{}
+	if ans.ended {
+		rl.body = eofReader{}
 	}
 	n := resp.Header.ContentLength()
-	if n < 0 || len(r.pending) > 0 {
+	if n < 0 || len(rl.pending) > 0 {
 		n = -1
 	}
 	switch {
-	case res.assembled != nil:
-		r.body, n = bytes.NewReader(res.assembled), len(res.assembled)
-		ctx.Response.Header.SetContentType("application/json")
-	case r.body == nil:
-		r.body = bytes.NewReader(resp.Body())
+	case ans.assembled != nil:
+		rl.body, n, rl.assembled = bytes.NewReader(ans.assembled), len(ans.assembled), true
+	case rl.body == nil:
+		rl.body = bytes.NewReader(resp.Body())
 	}
-	r.isJSON = bytes.HasPrefix(ctx.Response.Header.ContentType(), []byte("application/json"))
-	r.scan.onData = r.onEvent
-	r.chunks = c.op == opChat && res.shape == shapeAsIs
-	if res.shape == shapeChatStream && res.assembled == nil {
-		r.chat = chat.NewStream(chatID(c.rid), c.start.Unix(), c.model, c.chat.IncludeUsage,
-			func(code, message string) []byte { return streamError(c.rid, code, message) })
+	rl.isJSON = rl.assembled || bytes.HasPrefix(resp.Header.ContentType(), []byte("application/json"))
+	rl.scan.onEvent = rl.onEvent
+	if ans.shape == shapeChatStream && !rl.assembled {
+		rl.chat = chat.NewStream(chatID(r.id), r.start.Unix(), r.model, r.chat.IncludeUsage,
+			func(code, message string) []byte { return streamError(r.id, code, message) })
 		n = -1
 	}
-	if n < 0 && !ctx.Request.Header.IsHTTP11() {
-		relayHTTP10(ctx, r)
-		return
-	}
-	ctx.SetBodyStream(r, n)
+	w.commit(rl.status, &resp.Header, rl, n)
 }
 
-// streamError is the error event of a stream that fails after its first
-// byte, in SPEC §4's error shape.
-func streamError(rid, code, message string) []byte {
-	status := 500
-	if failedStreamOutcome(code) == outUsageLimit {
-		status = 429
-	}
-	return rerr.Build(rerr.Spec{Code: code, Status: status, Message: message, RequestID: rid}).Body
-}
-
-// relayHTTP10 streams an answer of unknown length to an HTTP/1.0 client,
-// which does not understand chunked framing: the body runs until the
-// connection closes. fasthttp would frame it chunked, so the connection
-// is taken over once the handler returns.
-func relayHTTP10(ctx *fasthttp.RequestCtx, r *relay) {
-	ctx.Response.Header.SetContentLength(-2) // identity body; sets Connection: close
-	head := ctx.Response.Header.AppendBytes(nil)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		_, err := c.Write(head)
-		buf := make([]byte, 8<<10)
-		for err == nil {
-			var n int
-			n, err = r.Read(buf)
-			if n > 0 {
-				if _, werr := c.Write(buf[:n]); werr != nil {
-					err = werr
-				}
-			}
-		}
-		if err == io.EOF || errors.Is(err, r.err) {
-			err = nil // the answer's own end, not the client's
-		}
-		r.CloseWithError(err)
-	})
-}
-
-// Read hands the server the next bytes of the answer as soon as the
+// Read hands the responder the next bytes of the answer as soon as the
 // upstream sends them.
-func (r *relay) Read(p []byte) (int, error) {
-	if r.chat != nil {
-		return r.readChat(p)
+func (rl *relay) Read(p []byte) (int, error) {
+	if rl.chat != nil {
+		return rl.readChat(p)
 	}
-	if len(r.pending) > 0 {
-		n := copy(p, r.pending)
-		r.pending = r.pending[n:]
-		if len(r.pending) == 0 {
-			r.pending = nil // not kept for the rest of the stream
+	if len(rl.pending) > 0 {
+		n := copy(p, rl.pending)
+		rl.pending = rl.pending[n:]
+		if len(rl.pending) == 0 {
+			rl.pending = nil // not kept for the rest of the stream
 		}
-		r.observe(p[:n])
+		rl.observe(p[:n])
 		return n, nil
 	}
-	if r.err != nil {
-		return 0, r.err
+	if rl.err != nil {
+		return 0, rl.err
 	}
-	n, err := r.body.Read(p)
+	n, err := rl.body.Read(p)
 	if n > 0 {
-		r.observe(p[:n])
+		rl.observe(p[:n])
 	}
 	if err != nil {
-		r.err = err
+		rl.err = err
 	}
 	return n, err
 }
 
-// readChat hands the server the chat chunks translated from the
+// readChat hands the responder the chat chunks translated from the
 // upstream's next bytes: each read from the upstream is translated and
 // handed on before the next, so nothing waits in rotor.
-func (r *relay) readChat(p []byte) (int, error) {
-	for r.outOff == len(r.out) {
-		r.out, r.outOff = r.out[:0], 0
+func (rl *relay) readChat(p []byte) (int, error) {
+	for rl.outOff == len(rl.out) {
+		rl.out, rl.outOff = rl.out[:0], 0
 		switch {
-		case r.chat.Done():
-			if r.err == nil {
-				r.err, r.cut = io.EOF, true
+		case rl.chat.Done():
+			if rl.err == nil {
+				rl.err, rl.cut = io.EOF, true
 			}
 			return 0, io.EOF
-		case r.err != nil:
-			if r.err == io.EOF {
-				r.err = io.ErrUnexpectedEOF // ended without its final event
+		case rl.err != nil:
+			if rl.err == io.EOF {
+				rl.err = io.ErrUnexpectedEOF // ended without its final event
 			}
-			r.out = r.chat.Fail(r.out, "stream_interrupted", "the upstream stream broke before the answer was complete")
-			if len(r.out) == 0 {
+			rl.out = rl.chat.Fail(rl.out, "stream_interrupted", "the upstream stream broke before the answer was complete")
+			if len(rl.out) == 0 {
 				return 0, io.EOF
 			}
 			continue
 		}
-		b := r.pending
-		r.pending = nil
+		b := rl.pending
+		rl.pending = nil
 		if len(b) == 0 {
 			// Read into p itself: observe translates every byte into
-			// r.out before p is filled with the translation.
-			n, err := r.body.Read(p)
+			// rl.out before p is filled with the translation.
+			n, err := rl.body.Read(p)
 			b = p[:n]
 			if err != nil {
-				r.err = err
+				rl.err = err
 			}
 		}
-		r.observe(b)
+		rl.observe(b)
 	}
-	n := copy(p, r.out[r.outOff:])
-	r.outOff += n
+	n := copy(p, rl.out[rl.outOff:])
+	rl.outOff += n
 	return n, nil
 }
 
-func (r *relay) observe(b []byte) {
-	if r.ttfb == 0 {
-		r.ttfb = r.s.deps.Clock.Now().Sub(r.start)
+func (rl *relay) observe(b []byte) {
+	if rl.ttfb == 0 {
+		rl.ttfb = rl.s.deps.Clock.Now().Sub(rl.r.start)
 	}
-	if r.isJSON {
-		if len(r.json)+len(b) <= maxJSONUsage {
-			r.json = append(r.json, b...)
+	if rl.isJSON {
+		if len(rl.json)+len(b) <= maxJSONUsage {
+			rl.json = append(rl.json, b...)
 		}
 		return
 	}
-	r.scan.feed(b)
+	rl.scan.feed(b)
 }
 
-// onEvent reads one SSE data line; only a handful of event types matter
-// to rotor, and a chat translation sees every one.
-func (r *relay) onEvent(data []byte) {
-	if r.chat != nil {
-		r.out = r.chat.Event(r.out, data)
+// onEvent reads one upstream event: a chat translation sees every one,
+// and rotor keeps its usage, failure and quota.
+func (rl *relay) onEvent(e event) {
+	if rl.chat != nil {
+		rl.out = rl.chat.Event(rl.out, e.typ, e.data)
 	}
-	switch eventField(data, "type").Str {
-	case "response.completed", "response.done", "response.incomplete":
-		r.tokens = usageOf(eventField(data, "response.usage"))
-	case "response.failed":
-		r.failure = gjson.GetBytes(data, "response.error.code").String()
-		r.tokens = usageOf(eventField(data, "response.usage"))
-	case "codex.rate_limits":
-		if q := quotaFromEvent(r.s.deps.Clock.Now(), data); q != nil {
-			r.s.rt().SetQuota(r.choice.Account.ID, *q)
-		}
-	case "":
-		// A Chat Completions chunk: usage rides on one of them
-		// (stream_options.include_usage), usually the last.
-		if r.chunks {
-			if u := usageOf(eventField(data, "usage")); u != nil {
-				r.tokens = u
-			}
-		}
+	if t := e.tokens(); t != nil {
+		rl.tokens = t
+	}
+	if f := e.failure(); f != "" {
+		rl.failure = f
+	}
+	if q := e.quota(rl.s.deps.Clock.Now()); q != nil {
+		rl.s.rt().SetQuota(rl.choice.Account.ID, *q)
 	}
 }
 
-// eventField reads path in an event's data as gjson.GetBytes does, without
-// copying what it finds: it runs on every event of every stream. The
-// result points into data, so nothing of it may outlive data.
-func eventField(data []byte, path string) gjson.Result {
-	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
-}
-
-// usageNames are the usage members rotor reads, for each Tokens field in
-// order: the Responses API's name, Chat Completions' name, and the member
-// inside it that holds the count, if it is an object.
-var usageNames = [...]struct{ responses, chat, inner string }{
-	{"input_tokens", "prompt_tokens", ""},
-	{"input_tokens_details", "prompt_tokens_details", "cached_tokens"},
-	{"output_tokens", "completion_tokens", ""},
-	{"output_tokens_details", "completion_tokens_details", "reasoning_tokens"},
-	{"total_tokens", "total_tokens", ""},
-}
-
-// usageOf reads a usage object in either API's names, in one pass; the
-// Responses name wins over the Chat Completions one.
-func usageOf(u gjson.Result) *rotation.Tokens {
-	if !u.IsObject() {
-		return nil
-	}
-	var t rotation.Tokens
-	fields := [len(usageNames)]*int64{&t.Input, &t.Cached, &t.Output, &t.Reasoning, &t.Total}
-	var responses [len(usageNames)]bool // the field came under the Responses name
-	u.ForEach(func(k, v gjson.Result) bool {
-		for i, n := range usageNames {
-			if (k.Str == n.responses || k.Str == n.chat) && !responses[i] {
-				if n.inner != "" {
-					v = v.Get(n.inner)
-				}
-				*fields[i], responses[i] = v.Int(), k.Str == n.responses
-				break
-			}
-		}
-		return true
-	})
-	return &t
-}
-
-// CloseWithError is called by fasthttp once the answer is written, or when
-// writing it failed (wErr: the client went away). It settles the account's
-// state, releases the upstream response (closing its connection unless the
-// stream ended cleanly) and writes the usage record and the log line.
-func (r *relay) CloseWithError(wErr error) error {
-	complete := errors.Is(r.err, io.EOF)
-	rt, id := r.s.rt(), r.choice.Account.ID
-	status, code := r.status, ""
+// CloseWithError is called by the responder once the answer is written,
+// or when writing it failed (wErr: the client went away). It settles the
+// account's state, releases the upstream response (closing its
+// connection unless the stream ended cleanly) and finishes the request.
+func (rl *relay) CloseWithError(wErr error) error {
+	complete := errors.Is(rl.err, io.EOF)
+	rt, id := rl.s.rt(), rl.choice.Account.ID
+	e := ending{status: rl.status, choice: &rl.choice, ttfb: rl.ttfb}
 	switch {
 	case complete:
-		rt.Record(id, rotation.Served, r.status, time.Time{})
-		if r.isJSON {
-			r.tokens = usageOf(gjson.GetBytes(r.json, "usage"))
+		rt.Record(id, rotation.Served, rl.status, time.Time{})
+		if rl.isJSON {
+			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
 		}
-		if r.cut {
-			closeStream(r.resp, errCut) // unread bytes: the connection cannot be reused
+		if rl.cut {
+			closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused
 		} else {
-			r.resp.CloseBodyStream()
+			rl.resp.CloseBodyStream()
 		}
-	case r.err != nil:
+	case rl.err != nil:
 		// The upstream broke or stalled mid-stream: its fault, and too late
 		// to fail over.
-		rt.Record(id, rotation.NetworkFault, r.status, time.Time{})
-		code = "stream_interrupted"
-		closeStream(r.resp, r.err)
+		rt.Record(id, rotation.NetworkFault, rl.status, time.Time{})
+		e.code, e.err = "stream_interrupted", rl.err
+		closeStream(rl.resp, rl.err)
 	default:
 		// The client left: cancel the upstream request by closing its
 		// connection; the account did nothing wrong.
-		rt.Record(id, rotation.Answered, r.status, time.Time{})
-		status, code = statusClientClosed, codeClientClosed
-		closeStream(r.resp, errClientGone)
+		rt.Record(id, rotation.Answered, rl.status, time.Time{})
+		e.status, e.code = statusClientClosed, codeClientClosed
+		closeStream(rl.resp, errClientGone)
 	}
-	fasthttp.ReleaseResponse(r.resp)
-	if r.failure != "" {
-		code = r.failure
+	fasthttp.ReleaseResponse(rl.resp)
+	if rl.failure != "" {
+		e.code = rl.failure
 	}
-	now := r.s.deps.Clock.Now()
-	dur := now.Sub(r.start)
-	if r.s.deps.Usage != nil {
-		r.s.deps.Usage.Append(rotation.Usage{
-			Time: now.UTC(), RequestID: r.rid, AccountID: id, Model: r.model,
-			Status: status, Code: code, Tokens: r.tokens, TTFBMS: r.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
-		})
-	}
-	ev := r.s.deps.Log.Info()
-	if !complete {
-		ev = r.s.deps.Log.Warn()
-		if r.err != nil {
-			ev = ev.AnErr("upstream_error", r.err)
-		}
-	}
-	ev = ev.Str("request_id", r.rid).Int("account", r.choice.Index).Str("model", r.model).
-		Int("status", status).Int("attempts", r.attempt).Int64("ttfb_ms", r.ttfb.Milliseconds()).Int64("duration_ms", dur.Milliseconds())
-	if code != "" {
-		ev = ev.Str("code", code)
-	}
-	if r.tokens != nil {
-		ev = ev.Int64("input_tokens", r.tokens.Input).Int64("output_tokens", r.tokens.Output)
-	}
-	ev.Msg("request")
+	e.tokens, e.warn = rl.tokens, !complete
+	rl.s.finish(rl.r, e)
 	return nil
 }
 
@@ -360,53 +231,3 @@ var errClientGone = errors.New("rotor: client went away")
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
-
-// sseScanner splits a byte stream into SSE lines and hands each data
-// payload to onData. A line split across reads is carried over; one longer
-// than maxSSELine is skipped, so memory stays bounded by the longest event
-// rotor reads, not by the length of the stream.
-type sseScanner struct {
-	line   []byte
-	skip   bool
-	onData func(data []byte)
-}
-
-const maxSSELine = 16 << 20
-
-func (sc *sseScanner) feed(b []byte) {
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if !sc.skip {
-				if len(sc.line)+len(b) > maxSSELine {
-					sc.skip, sc.line = true, sc.line[:0]
-				} else {
-					sc.line = append(sc.line, b...)
-				}
-			}
-			return
-		}
-		seg := b[:i]
-		b = b[i+1:]
-		if sc.skip {
-			sc.skip = false
-			continue
-		}
-		line := seg
-		if len(sc.line) > 0 {
-			sc.line = append(sc.line, seg...)
-			line = sc.line
-		}
-		sc.handle(line)
-		sc.line = sc.line[:0]
-	}
-}
-
-func (sc *sseScanner) handle(line []byte) {
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok {
-		return
-	}
-	sc.onData(bytes.TrimPrefix(data, []byte{' '}))
-}

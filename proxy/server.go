@@ -6,10 +6,8 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -161,6 +159,7 @@ type Server struct {
 	srv       *fasthttp.Server
 	secrets   *secretCache
 	endpoints *endpoints
+	adapters  *Adapters
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -178,6 +177,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		keyDigest: sha256.Sum256([]byte(cfg.ClientKey)),
 		secrets:   newSecretCache(deps.Secrets, deps.Clock),
 		endpoints: newEndpoints(deps.Clock),
+		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
 	s.client = newUpstreamClient(&cfg)
 	s.srv = &fasthttp.Server{
@@ -281,22 +281,4 @@ type fasthttpLogger struct{ l zerolog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug().Msgf(format, args...)
-}
-
-// authorized compares the presented key with the client key in constant
-// time, through SHA-256 digests so the length leaks nothing either.
-func (s *Server) authorized(h *fasthttp.RequestHeader) bool {
-	key := h.Peek("x-api-key")
-	if len(key) == 0 {
-		auth := h.Peek("Authorization")
-		const prefix = "Bearer "
-		if len(auth) > len(prefix) && bytes.EqualFold(auth[:len(prefix)], []byte(prefix)) {
-			key = auth[len(prefix):]
-		}
-	}
-	if len(key) == 0 {
-		return false
-	}
-	d := sha256.Sum256(key)
-	return subtle.ConstantTimeCompare(d[:], s.keyDigest[:]) == 1
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"strings"
 
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -38,14 +41,21 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		SecretsMode: mode,
 		Runtime:     rotation.NewRuntime(dir, a.clockOrSystem()),
 		HTTP:        a.client(),
-		Prober: proxy.Prober{ChatGPTBase: strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
-			OpenAIBase: strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")},
+		Prober: kindProber{proxy.NewAdapters(strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+			strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"))},
 		Clock: a.clockOrSystem(),
 	}
 	if sec != nil {
 		d.Refresher = newRefresher(a, dir, sec, nil)
 	}
 	return checkup.New(d)
+}
+
+// kindProber probes each account with its kind's adapter.
+type kindProber struct{ ad *proxy.Adapters }
+
+func (p kindProber) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
+	return p.ad.For(a.Kind).ProbeRequest(ctx, a, sec)
 }
 
 // diagExit1 makes a command exit 1 after it printed its own report.

@@ -7,9 +7,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 // events reads a recorded Codex-backend stream into its data payloads.
+// typeOf is an event's type, which the proxy reads once for every reader
+// of the event.
+func typeOf(data []byte) string { return gjson.GetBytes(data, "type").Str }
+
 func events(t testing.TB, fixture string) [][]byte {
 	t.Helper()
 	raw, err := os.ReadFile("../../testdata/sse/" + fixture)
@@ -123,7 +129,7 @@ func TestStreamGoldens(t *testing.T) {
 			st := NewStream("chatcmpl-x", 1767225600, "gpt-5", true, testFail)
 			var out []byte
 			for _, ev := range events(t, g.fixture) {
-				out = st.Event(out, ev)
+				out = st.Event(out, typeOf(ev), ev)
 			}
 			if !st.Done() {
 				t.Error("the stream did not end")
@@ -156,7 +162,7 @@ func TestStreamWithoutUsage(t *testing.T) {
 	st := NewStream("chatcmpl-x", 1767225600, "gpt-5", false, testFail)
 	var out []byte
 	for _, ev := range events(t, "hello.sse") {
-		out = st.Event(out, ev)
+		out = st.Event(out, typeOf(ev), ev)
 	}
 	if bytes.Contains(out, []byte(`"usage"`)) || !bytes.HasSuffix(out, []byte(`"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")) {
 		t.Errorf("stream without include_usage:\n%s", out)
@@ -166,12 +172,12 @@ func TestStreamWithoutUsage(t *testing.T) {
 func TestStreamFailAndNothingAfterTheEnd(t *testing.T) {
 	t.Parallel()
 	st := NewStream("chatcmpl-x", 1, "m", false, testFail)
-	out := st.Event(nil, events(t, "hello.sse")[4]) // the first text delta
+	out := st.Event(nil, "response.output_text.delta", events(t, "hello.sse")[4]) // the first text delta
 	out = st.Fail(out, "stream_interrupted", "cut")
 	if !bytes.HasSuffix(out, []byte("data: "+string(testFail("stream_interrupted", "cut"))+"\n\ndata: [DONE]\n\n")) || !st.Done() {
 		t.Errorf("after Fail:\n%s", out)
 	}
-	if more := st.Fail(st.Event(nil, events(t, "hello.sse")[5]), "x", "y"); len(more) != 0 {
+	if more := st.Fail(st.Event(nil, typeOf(events(t, "hello.sse")[5]), events(t, "hello.sse")[5]), "x", "y"); len(more) != 0 {
 		t.Errorf("written after the end: %s", more)
 	}
 }
@@ -183,7 +189,7 @@ func TestStreamArgumentsWithoutDeltas(t *testing.T) {
 	var out []byte
 	for _, ev := range events(t, "tool_call.sse") {
 		if !bytes.Contains(ev, []byte(`"response.function_call_arguments.delta"`)) {
-			out = st.Event(out, ev)
+			out = st.Event(out, typeOf(ev), ev)
 		}
 	}
 	if !bytes.Contains(out, []byte(`"function":{"arguments":"{\"city\":\"Paris\"}"}`)) {
@@ -196,7 +202,7 @@ func TestCompletionGoldens(t *testing.T) {
 	for _, g := range goldens {
 		c := NewCompletion("chatcmpl-x", 1767225600, "gpt-5")
 		for _, ev := range events(t, g.fixture) {
-			c.Event(ev)
+			c.Event(typeOf(ev), ev)
 		}
 		body, failure := c.Result()
 		if string(body) != g.completion || failure != g.failure {
@@ -205,7 +211,7 @@ func TestCompletionGoldens(t *testing.T) {
 	}
 	c := NewCompletion("c", 1, "m")
 	for _, ev := range events(t, "hello.sse")[:6] {
-		c.Event(ev)
+		c.Event(typeOf(ev), ev)
 	}
 	if body, failure := c.Result(); body != nil || failure != "stream_incomplete" {
 		t.Errorf("cut stream: %s %q", body, failure)
@@ -278,10 +284,10 @@ func TestToResponses(t *testing.T) {
 func BenchmarkStreamTextDelta(b *testing.B) {
 	ev := events(b, "hello.sse")[4]
 	st := NewStream("chatcmpl-x", 1767225600, "gpt-5", true, testFail)
-	dst := st.Event(nil, ev)
+	dst := st.Event(nil, typeOf(ev), ev)
 	b.ReportAllocs()
 	for b.Loop() {
-		dst = st.Event(dst[:0], ev)
+		dst = st.Event(dst[:0], typeOf(ev), ev)
 	}
 }
 
@@ -294,7 +300,7 @@ func BenchmarkStreamFixture(b *testing.B) {
 	for b.Loop() {
 		st := NewStream("chatcmpl-x", 1767225600, "gpt-5", true, testFail)
 		for _, ev := range evs {
-			dst = st.Event(dst[:0], ev)
+			dst = st.Event(dst[:0], typeOf(ev), ev)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")

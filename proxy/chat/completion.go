@@ -25,10 +25,11 @@ func NewCompletion(id string, created int64, model string) *Completion {
 	return &Completion{id: id, created: created, model: model}
 }
 
-// Event reads one Responses event's data.
-func (c *Completion) Event(data []byte) {
+// Event reads one Responses event: its type, read once by the caller,
+// and its data.
+func (c *Completion) Event(typ string, data []byte) {
 	ev := string(data) // kept: the final event is read in Result
-	switch gjson.Get(ev, "type").Str {
+	switch typ {
 	case "response.output_text.delta":
 		c.text = append(c.text, gjson.Get(ev, "delta").Str...)
 	case "response.reasoning_summary_text.delta":

@@ -52,15 +52,16 @@ func (s *Stream) Done() bool { return s.done }
 // into the event, which outlives every use made of them here.
 func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// Event appends to dst the chunks that the Responses event data (the JSON
-// after "data: ") means for a chat client, and returns dst. Events with
-// nothing to say for a chat client append nothing.
-func (s *Stream) Event(dst, data []byte) []byte {
+// Event appends to dst the chunks that the Responses event of type typ
+// (read once by the caller) and data (the JSON after "data: ") means for
+// a chat client, and returns dst. Events with nothing to say for a chat
+// client append nothing.
+func (s *Stream) Event(dst []byte, typ string, data []byte) []byte {
 	if s.done {
 		return dst
 	}
 	ev := str(data)
-	switch gjson.Get(ev, "type").Str {
+	switch typ {
 	case "response.output_text.delta":
 		return s.delta(dst, `"content":`, gjson.Get(ev, "delta").Raw)
 	case "response.reasoning_summary_text.delta":

@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+)
+
+// An Adapter is everything that differs between account kinds (SPEC §4
+// Upstream adapters): where the kind's upstream is, the headers it needs,
+// how a client's body is edited for it, how its answer becomes the
+// client's, what it refuses, and whether its credential is renewed. Each
+// kind has one, in a file of its own; nothing else in proxy tells kinds
+// apart.
+type Adapter interface {
+	// Refreshes reports whether the kind's credential is an expiring
+	// token that rotor renews (true) or a long-lived key (false).
+	Refreshes() bool
+	// AddCommand names the command(s) that add an account of this kind,
+	// quoted as a user types them.
+	AddCommand() string
+	// ProbeRequest is a's cheapest authenticated upstream request, its
+	// models list, with the headers a request through rotor carries and
+	// sec only in them; with sec nil, the request without credentials.
+	// `rotor verify-flagged` sends it, so a probe passes exactly when a
+	// request through rotor would.
+	ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error)
+
+	// base is the upstream base of an account whose own base_url is
+	// accountBase ("" for the kind's configured one).
+	base(accountBase string) string
+	// url is where r goes upstream on base, query included.
+	url(base string, r *request) string
+	// setHeaders writes the kind's own headers and credentials. It takes
+	// values: the compiler assumes a method called through an interface
+	// keeps any pointer it is given, which would move every request's
+	// secret to the heap.
+	setHeaders(h HeaderSetter, chatgptAccountID string, sec secrets.Secret)
+	// body is what the upstream gets for r, and how its answer becomes
+	// the client's; an error is the client's fault (400).
+	body(r *request) ([]byte, shape, error)
+	// refuses is the skip reason of an account of this kind for r, ""
+	// when it can serve it.
+	refuses(r *request) string
+}
+
+// HeaderSetter is the part of a request header an adapter writes; both
+// fasthttp's and net/http's request headers have it.
+type HeaderSetter interface{ Set(key, value string) }
+
+// Adapters holds the adapter of each account kind over one pair of
+// upstream bases. It is the one place in proxy that maps a kind to its
+// adapter.
+type Adapters struct {
+	byKind map[accounts.Kind]Adapter
+}
+
+// NewAdapters returns the adapters with the kinds' configured upstream
+// bases; empty ones default as in Config.
+func NewAdapters(chatgptBase, openaiBase string) *Adapters {
+	return &Adapters{byKind: map[accounts.Kind]Adapter{
+		accounts.KindChatGPT: chatgptAdapter{configBase: cmp.Or(chatgptBase, DefaultChatGPTBase)},
+		accounts.KindAPIKey:  apiKeyAdapter{configBase: cmp.Or(openaiBase, DefaultOpenAIBase)},
+	}}
+}
+
+// For is the adapter of kind k. The store only holds known kinds; an
+// unknown one gets the API-key adapter, which sends what the client sent.
+func (as *Adapters) For(k accounts.Kind) Adapter {
+	if ad, ok := as.byKind[k]; ok {
+		return ad
+	}
+	return as.byKind[accounts.KindAPIKey]
+}
+
+// upstreamURL joins base, path and the query a request carries on.
+func upstreamURL(base, path string, query []byte) string {
+	u := strings.TrimRight(base, "/") + path
+	if q := strings.TrimSuffix(string(query), "&"); q != "" {
+		u += "?" + q
+	}
+	return u
+}
+
+// probeRequest is the models-list probe on url with the headers ad sets.
+func probeRequest(ctx context.Context, ad Adapter, url string, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if sec != nil {
+		ad.setHeaders(req.Header, a.ChatGPTAccountID, *sec)
+	}
+	req.Header.Set("Accept", "application/json")
+	return req, nil
+}

@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/proxy/chat"
+)
+
+// shape is how an upstream's answer becomes the client's.
+type shape int
+
+const (
+	shapeAsIs           shape = iota // relayed byte for byte
+	shapeResponse                    // a Codex stream assembled into one Response object
+	shapeChatStream                  // a Codex stream translated to chat.completion.chunk events
+	shapeChatCompletion              // a Codex stream assembled into one chat.completion
+	shapeModelList                   // the Codex model catalog as OpenAI's model list
+)
+
+// maxHeldBack bounds the bytes held back before the first output event.
+const maxHeldBack = 256 << 10
+
+// holdBack reads an SSE answer up to its first output event and returns
+// the bytes read, to be sent first. When the stream instead fails before
+// any output (response.failed, or an error event), it returns the
+// failure's code: the attempt is then a failure like an HTTP error.
+func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
+	// What is held back is usually a few hundred bytes that then wait for
+	// the whole stream: read into a pooled buffer, keep an exact copy.
+	pb := holdBackBufs.Get().(*[]byte)
+	buf := (*pb)[:0]
+	defer func() {
+		pending = bytes.Clone(pending)
+		if cap(buf) == holdBackBuf {
+			*pb = buf
+			holdBackBufs.Put(pb)
+		}
+	}()
+	var sc sseScanner
+	done := false
+	sc.onEvent = func(e event) {
+		if done || bootstrapEvents[e.typ] {
+			return
+		}
+		failure, done = e.failure(), true // a failure, or the first output event
+	}
+	for !done {
+		if len(buf) == cap(buf) {
+			if len(buf) >= maxHeldBack {
+				return buf, "", nil
+			}
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, err := stream.Read(buf[len(buf):cap(buf)])
+		sc.feed(buf[len(buf) : len(buf)+n])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return buf, failure, err
+		}
+	}
+	return buf, failure, nil
+}
+
+const holdBackBuf = 4 << 10
+
+var holdBackBufs = sync.Pool{New: func() any { b := make([]byte, 0, holdBackBuf); return &b }}
+
+// assembler builds the one JSON object a non-streaming client expects
+// from the events of a whole Codex stream, keeping only what it needs.
+type assembler interface {
+	Event(typ string, data []byte)
+	// Result is the object, or failure != "" when the stream failed or
+	// ended without its final event.
+	Result() (body []byte, failure string)
+}
+
+// newAssembler is the assembler an answer of shape sh to r needs, nil
+// when the answer is streamed to the client.
+func newAssembler(r *request, sh shape) assembler {
+	switch sh {
+	case shapeResponse:
+		return &responseAssembler{}
+	case shapeChatCompletion:
+		return chat.NewCompletion(chatID(r.id), r.start.Unix(), r.model)
+	}
+	return nil
+}
+
+// assemble reads a whole stream through asm.
+func assemble(stream io.Reader, asm assembler) (body []byte, failure string, err error) {
+	var sc sseScanner
+	sc.onEvent = func(e event) { asm.Event(e.typ, e.data) }
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := stream.Read(buf)
+		sc.feed(buf[:n])
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			_, failure = asm.Result()
+			return nil, failure, rerr
+		}
+	}
+	body, failure = asm.Result()
+	return body, failure, nil
+}
+
+// responseAssembler builds the Response object: the final
+// response.completed event's response, with its output filled from the
+// output_item.done events when the backend left it empty.
+type responseAssembler struct {
+	final   []byte
+	items   []json.RawMessage
+	failure string
+}
+
+func (a *responseAssembler) Event(typ string, data []byte) {
+	switch typ {
+	case "response.output_item.done":
+		if it := gjson.GetBytes(data, "item"); it.Exists() {
+			a.items = append(a.items, json.RawMessage(it.Raw))
+		}
+	case "response.completed", "response.incomplete":
+		a.final = []byte(gjson.GetBytes(data, "response").Raw)
+	case "response.failed":
+		a.failure = event{data: data, typ: typ}.failure()
+	}
+}
+
+func (a *responseAssembler) Result() ([]byte, string) {
+	if a.final == nil {
+		if a.failure != "" {
+			return nil, a.failure
+		}
+		return nil, "stream_incomplete"
+	}
+	final := a.final
+	if out := gjson.GetBytes(final, "output"); len(a.items) > 0 && (!out.Exists() || len(out.Array()) == 0) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(final, &m); err != nil {
+			return nil, "stream_incomplete"
+		}
+		m["output"], _ = json.Marshal(a.items)
+		final, _ = json.Marshal(m)
+	}
+	return final, ""
+}
+
+// chatID is the chatcmpl- id of the Chat Completions answer to request rid.
+func chatID(rid string) string { return "chatcmpl-" + strings.TrimPrefix(rid, "rotor_") }
+
+// sseAnswer reports whether resp is a server-sent event stream.
+func sseAnswer(resp *fasthttp.Response) bool {
+	return bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream"))
+}

@@ -1,0 +1,49 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+)
+
+// apiKeyAdapter serves API-key accounts: OpenAI's API, or any base_url
+// that speaks it. The client's body goes as it came, and the answer comes
+// back as it is.
+type apiKeyAdapter struct{ configBase string }
+
+// apiKeyPaths are the OpenAI API's paths, by op.
+var apiKeyPaths = [opCount]string{opResponses: "/responses", opCompact: "/responses/compact",
+	opChat: "/chat/completions", opModels: "/models"}
+
+func (apiKeyAdapter) Refreshes() bool    { return false }
+func (apiKeyAdapter) AddCommand() string { return `"rotor add-key"` }
+
+func (ad apiKeyAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
+	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), apiKeyPaths[opModels], nil), a, sec)
+}
+
+func (ad apiKeyAdapter) base(accountBase string) string {
+	if accountBase != "" {
+		return accountBase
+	}
+	return ad.configBase
+}
+
+func (apiKeyAdapter) url(base string, r *request) string {
+	return upstreamURL(base, apiKeyPaths[r.op], r.query)
+}
+
+func (apiKeyAdapter) setHeaders(h HeaderSetter, _ string, sec secrets.Secret) {
+	h.Set("Authorization", "Bearer "+sec.APIKey)
+}
+
+func (apiKeyAdapter) body(r *request) ([]byte, shape, error) {
+	if r.op == opModels {
+		return nil, shapeAsIs, nil
+	}
+	return r.body, shapeAsIs, nil
+}
+
+func (apiKeyAdapter) refuses(*request) string { return "" }

@@ -1,0 +1,252 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/chat"
+)
+
+// chatgptAdapter serves ChatGPT accounts through the Codex backend (SPEC
+// §4, §5): it only streams, does not store, rejects a few parameters
+// generic clients send, and speaks Responses only, so Chat Completions are
+// translated (SPEC §7) and a non-streaming client's answer is assembled.
+type chatgptAdapter struct{ configBase string }
+
+// chatgptPaths are the Codex backend's paths, by op.
+var chatgptPaths = [opCount]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact",
+	opChat: "/codex/responses", opModels: "/codex/models"}
+
+// codexClientVersion is the Codex CLI version rotor names when it lists a
+// ChatGPT account's models for a client that is not Codex.
+const codexClientVersion = "0.169.0"
+
+func (chatgptAdapter) Refreshes() bool    { return true }
+func (chatgptAdapter) AddCommand() string { return `"rotor login" or "rotor import codex"` }
+
+func (ad chatgptAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
+	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), chatgptPaths[opModels], nil), a, sec)
+}
+
+func (ad chatgptAdapter) base(accountBase string) string {
+	if accountBase != "" {
+		return accountBase
+	}
+	return ad.configBase
+}
+
+func (chatgptAdapter) url(base string, r *request) string {
+	q := r.query
+	if r.op == opModels && !r.codexClient {
+		// The Codex backend lists models for a Codex version; a generic
+		// client names none.
+		q = append([]byte("client_version="+codexClientVersion+"&"), q...)
+	}
+	return upstreamURL(base, chatgptPaths[r.op], q)
+}
+
+func (chatgptAdapter) setHeaders(h HeaderSetter, chatgptAccountID string, sec secrets.Secret) {
+	h.Set("Authorization", "Bearer "+sec.AccessToken)
+	if chatgptAccountID != "" {
+		h.Set("chatgpt-account-id", chatgptAccountID)
+	}
+	h.Set("OpenAI-Beta", "responses=experimental")
+	h.Set("originator", "codex_cli_rs")
+}
+
+// refuses keeps ChatGPT accounts away from a Chat Completions request that
+// asks for what only an API-key account can serve.
+func (chatgptAdapter) refuses(r *request) string {
+	if r.chat.Unsupported != "" {
+		return skipUnsupported
+	}
+	return ""
+}
+
+// skipUnsupported is the skip reason of a ChatGPT account for a Chat
+// Completions request only an API-key account can serve.
+const skipUnsupported = "unsupported-parameter"
+
+// body adapts r for the Codex backend once per request, whichever ChatGPT
+// account it goes to: Responses bodies for generic clients (chatgptBody),
+// Chat Completions translated to Responses.
+func (ad chatgptAdapter) body(r *request) ([]byte, shape, error) {
+	switch {
+	case r.op == opModels:
+		if r.codexClient {
+			return nil, shapeAsIs, nil
+		}
+		return nil, shapeModelList, nil
+	case r.encoded:
+		return r.body, shapeAsIs, nil
+	}
+	if e := &r.edited; !e.made {
+		e.body, e.shape, e.err = ad.edit(r)
+		e.made = true
+	}
+	return r.edited.body, r.edited.shape, r.edited.err
+}
+
+func (chatgptAdapter) edit(r *request) ([]byte, shape, error) {
+	switch r.op {
+	case opResponses:
+		body, asm, err := chatgptBody(r.body, &r.scan)
+		if asm {
+			return body, shapeResponse, err
+		}
+		return body, shapeAsIs, err
+	case opChat:
+		body, err := chat.ToResponses(r.body)
+		if !r.chat.Stream {
+			return body, shapeChatCompletion, err
+		}
+		return body, shapeChatStream, err
+	}
+	return r.body, shapeAsIs, nil
+}
+
+// DroppedForChatGPT are the request parameters the ChatGPT Codex backend
+// rejects ("Unsupported parameter: …"); rotor drops them when a generic
+// client's request goes to a ChatGPT account (SPEC §5). The backend manages
+// output budgets and sampling itself.
+var DroppedForChatGPT = []string{
+	"max_output_tokens", "max_completion_tokens", "max_tokens",
+	"temperature", "top_p", "frequency_penalty", "presence_penalty",
+}
+
+// chatgptBody adapts a Responses request body for the Codex backend, which
+// only streams and does not store: it forces "stream":true and
+// "store":false, supplies "instructions":"" when missing and drops the
+// parameters the backend rejects. assemble reports that the client did not
+// ask for a stream, so the proxy must answer with one Response object. A
+// body that needs nothing (Codex CLI's) is returned as is, byte for byte;
+// any other is edited in one pass over its top-level members, keeping
+// every byte of the members it does not touch as the client sent them.
+func chatgptBody(body []byte, s *scanned) (out []byte, assemble bool, err error) {
+	if !s.object {
+		return nil, false, errNotObject
+	}
+	var stream, store, instr bool
+	changed := false
+	for i := range s.members {
+		m := &s.members[i]
+		m.edit = keep
+		switch k, v := m.key(body), body[m.valStart:m.end]; {
+		case k == "stream":
+			stream = string(v) == "true"
+			if !stream {
+				m.edit = setTrue
+			}
+		case k == "store":
+			store = true
+			if string(v) != "false" {
+				m.edit = setFalse
+			}
+		case k == "instructions":
+			// "instructions":null is as missing: the backend wants a string.
+			instr = true
+			if string(v) == "null" {
+				m.edit = setEmptyString
+			}
+		case slices.Contains(DroppedForChatGPT, k):
+			m.edit = drop
+		}
+		changed = changed || m.edit != keep
+	}
+	var add []byte
+	if !stream && !slices.ContainsFunc(s.members, func(m member) bool { return m.edit == setTrue }) {
+		add = append(add, `"stream":true,`...)
+	}
+	if !store {
+		add = append(add, `"store":false,`...)
+	}
+	if !instr {
+		add = append(add, `"instructions":"",`...)
+	}
+	if !changed && len(add) == 0 {
+		return body, false, nil
+	}
+	return splice(body, s.members, bytes.TrimSuffix(add, []byte(","))), !stream, nil
+}
+
+var errNotObject = errors.New("request body is not a JSON object")
+
+// splice writes the object at obj in body with its members edited and add
+// (encoded members, comma-separated) appended. Between two members that
+// stay neighbours, and around the object, the client's bytes are kept.
+func splice(body []byte, ms []member, add []byte) []byte {
+	obj := bytes.IndexByte(body, '{')
+	out := make([]byte, 0, len(body)+len(add)+16)
+	out = append(out, '{')
+	last, wrote := obj+1, false // last: end of the last member written, or the object's start
+	adjacent := true            // nothing dropped since last
+	for _, m := range ms {
+		if m.edit == drop {
+			adjacent = false
+			continue
+		}
+		switch {
+		case adjacent:
+			out = append(out, body[last:m.start]...) // the client's separator, comma and all
+		case wrote:
+			out = append(out, ',')
+		}
+		out = append(out, body[m.start:m.valStart]...)
+		if m.edit != keep {
+			out = append(out, editValues[m.edit]...)
+		} else {
+			out = append(out, body[m.valStart:m.end]...)
+		}
+		last, wrote, adjacent = m.end, true, true
+	}
+	if len(add) > 0 {
+		if wrote {
+			out = append(out, ',')
+		}
+		out = append(out, add...)
+	}
+	end := bytes.LastIndexByte(body, '}')
+	if adjacent && end >= last {
+		return append(out, body[last:end+1]...) // trailing space, then '}'
+	}
+	return append(out, '}')
+}
+
+// modelList turns the Codex backend's model catalog
+// ({"models":[{"slug":...},...]}) into OpenAI's list shape. An answer
+// that is already a list passes as it is.
+func modelList(catalog []byte, now time.Time) []byte {
+	if gjson.GetBytes(catalog, "object").Str == "list" {
+		return catalog
+	}
+	b := append(make([]byte, 0, 256), `{"object":"list","data":[`...)
+	n := 0
+	for _, m := range gjson.GetBytes(catalog, "models").Array() {
+		id := m.Get("slug")
+		if id.Type != gjson.String {
+			id = m.Get("id")
+		}
+		if id.Type != gjson.String || id.Str == "" {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = append(b, `{"id":`...)
+		b = append(b, id.Raw...)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, now.Unix(), 10)
+		b = append(b, `,"owned_by":"openai"}`...)
+	}
+	return append(b, "]}"...)
+}

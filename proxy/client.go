@@ -1,0 +1,301 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// errBodyMax bounds what rotor reads of an upstream's error answer.
+const errBodyMax = 64 << 10
+
+// readErrorBody reads at most errBodyMax bytes of an error answer and
+// closes its stream; a longer body is cut and its connection discarded
+// rather than drained.
+func readErrorBody(resp *fasthttp.Response) []byte {
+	bs := resp.BodyStream()
+	if bs == nil {
+		b := resp.Body()
+		return append([]byte(nil), b[:min(len(b), errBodyMax)]...)
+	}
+	buf := make([]byte, 0, 4096)
+	var err error
+	for len(buf) < errBodyMax && err == nil {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		var n int
+		n, err = bs.Read(buf[len(buf):min(cap(buf), errBodyMax)])
+		buf = buf[:len(buf)+n]
+	}
+	if err == io.EOF {
+		resp.CloseBodyStream()
+	} else {
+		closeStream(resp, errCut)
+	}
+	return buf
+}
+
+var errCut = errors.New("rotor: upstream body abandoned")
+
+// closeStream closes resp's body stream with err, which makes fasthttp
+// close the connection instead of returning a half-read one to its pool.
+func closeStream(resp *fasthttp.Response, err error) {
+	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
+		rc.CloseWithError(err)
+	}
+	resp.CloseBodyStream()
+}
+
+// Errors of the upstream client that classifyTransport reads.
+var (
+	errNoFreeConns = fasthttp.ErrNoFreeConns
+	// errResponseTimeout is what the client returns when no byte of an
+	// answer came within the response timeout (idleConn's deadline).
+	errResponseTimeout = fasthttp.ErrTimeout
+)
+
+// newUpstreamClient returns the client for every upstream. Reads on an
+// upstream connection have two bounds (idleConn): the first byte of an
+// answer must come within the response timeout, and once it has, every
+// read must make progress within the stall timeout. A fasthttp
+// ReadTimeout would instead cap the whole stream.
+func newUpstreamClient(cfg *Config) *fasthttp.Client {
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	stall, response := cfg.StallTimeout, cfg.ResponseTimeout
+	return &fasthttp.Client{
+		Name:                          "rotor",
+		NoDefaultUserAgentHeader:      true,
+		StreamResponseBody:            true,
+		DisableHeaderNamesNormalizing: false,
+		DisablePathNormalizing:        true,
+		MaxIdleConnDuration:           60 * time.Second,
+		WriteTimeout:                  60 * time.Second,
+		ReadBufferSize:                16 << 10,
+		MaxResponseBodySize:           0,
+		MaxConnsPerHost:               cfg.MaxUpstreamConns,
+		MaxConnWaitTimeout:            cfg.ConnWait,
+		Dial: func(addr string) (net.Conn, error) {
+			conn, err := dialAside(d, addr)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return &idleConn{Conn: conn, stall: stall, response: response}, nil
+		},
+		// Only a request that never reached the upstream is sent again: a
+		// pooled keep-alive connection the server had already closed.
+		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+			return false, attempts == 1 && (errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed))
+		},
+	}
+}
+
+// dialAside connects on a goroutine of its own and waits for it. net's
+// dial path is deep, and on top of a request's it would grow the stack of
+// the goroutine serving the client from 8 to 16 KiB, which it then keeps
+// for as long as the connection lives, streams included: 8 KiB per open
+// stream. The dialing goroutine's stack is freed once it connects. (A TLS
+// handshake still runs on the caller: fasthttp does it after Dial.)
+func dialAside(d *net.Dialer, addr string) (net.Conn, error) {
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		conn, err := d.Dial("tcp", addr)
+		done <- dialed{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
+}
+
+// idleConn gives every Read its own deadline: the response timeout while
+// an answer has not started, the stall timeout once it has. So a slow
+// answer is waited for, a stalled one is cut, and a healthy stream may
+// last as long as it likes.
+type idleConn struct {
+	net.Conn
+	stall, response time.Duration
+	// awaiting is set by each write of a request and cleared by the first
+	// byte of its answer. fasthttp writes and reads one request at a time
+	// per connection, but from different goroutines over its life.
+	awaiting atomic.Bool
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.awaiting.Store(true)
+	return c.Conn.Write(p)
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	d := c.stall
+	awaiting := c.awaiting.Load()
+	if awaiting {
+		d = c.response
+	}
+	if err := c.Conn.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 && awaiting {
+		c.awaiting.Store(false)
+	}
+	return n, err
+}
+
+// SetReadDeadline is a no-op: fasthttp sets whole-response deadlines, and
+// idleConn's per-read deadline replaces them.
+func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
+
+// An endpoint is where an upstream base lives: scheme, host and port. When
+// rotor cannot connect to it, the network (or that host) is at fault, not
+// the accounts behind it (SPEC §4's connect-error row), so the fault is
+// recorded here and no account is marked.
+type endpoints struct {
+	clock rotation.Clock
+	nDown atomic.Int32 // fast path: most of the time nothing is down
+
+	mu    sync.Mutex
+	down  map[string]*endpointDown
+	bases map[string]string // base URL → endpoint, bounded by maxBases
+}
+
+type endpointDown struct {
+	until time.Time
+	fails int
+	err   error
+}
+
+const (
+	// An unreachable endpoint is skipped for a while that doubles with each
+	// failure, from endpointBackoff up to endpointBackoffMax; once that
+	// passes, the next request probes it.
+	endpointBackoff    = time.Second
+	endpointBackoffMax = 30 * time.Second
+	maxBases           = 1024
+)
+
+func newEndpoints(clock rotation.Clock) *endpoints {
+	return &endpoints{clock: clock, down: map[string]*endpointDown{}, bases: map[string]string{}}
+}
+
+// of returns the endpoint of an upstream base URL, "scheme://host:port".
+func (e *endpoints) of(base string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ep, ok := e.bases[base]; ok {
+		return ep
+	}
+	ep := base
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+		}
+		ep = u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port)
+	}
+	if len(e.bases) >= maxBases {
+		clear(e.bases) // bounded: a miss costs one parse
+	}
+	e.bases[base] = ep
+	return ep
+}
+
+// markDown records that connecting to ep failed with err.
+func (e *endpoints) markDown(ep string, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d, ok := e.down[ep]
+	if !ok {
+		if len(e.down) >= maxBases {
+			return // more unreachable endpoints than accounts could name
+		}
+		d = &endpointDown{}
+		e.down[ep] = d
+		e.nDown.Add(1)
+	}
+	d.fails++
+	d.err = err
+	d.until = e.clock.Now().Add(min(endpointBackoff<<min(d.fails-1, 5), endpointBackoffMax))
+}
+
+// markUp records that ep answered.
+func (e *endpoints) markUp(ep string) {
+	if e.nDown.Load() == 0 {
+		return
+	}
+	e.mu.Lock()
+	if _, ok := e.down[ep]; ok {
+		delete(e.down, ep)
+		e.nDown.Add(-1)
+	}
+	e.mu.Unlock()
+}
+
+// anyDown reports whether some endpoint is marked unreachable.
+func (e *endpoints) anyDown() bool { return e.nDown.Load() > 0 }
+
+// isDown reports whether ep is unreachable and not yet due for a probe.
+func (e *endpoints) isDown(ep string) bool {
+	if e.nDown.Load() == 0 {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d, ok := e.down[ep]
+	return ok && e.clock.Now().Before(d.until)
+}
+
+// dialError marks an error that happened while connecting, before any
+// byte of the request was sent.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// classifyTransport reads an error of the upstream client (no response
+// came) into an outcome: rotor's own limits are outOverloaded (nobody's
+// fault), a failed connect, TLS handshake or a missing answer within the
+// response timeout is outUnreachable (the endpoint's), anything else, such
+// as a reset after the request was sent, is outNetworkError (the
+// account's answer broke).
+func classifyTransport(err error) outcome {
+	var de *dialError
+	switch {
+	case errors.Is(err, errNoFreeConns):
+		return outOverloaded
+	case errors.As(err, &de):
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return outOverloaded // rotor ran out of descriptors, not the network
+		}
+		return outUnreachable
+	case tlsFailure(err), errors.Is(err, errResponseTimeout):
+		return outUnreachable
+	}
+	return outNetworkError
+}
+
+func tlsFailure(err error) bool {
+	var (
+		rec   tls.RecordHeaderError
+		alert tls.AlertError
+		verr  *tls.CertificateVerificationError
+		uae   x509.UnknownAuthorityError
+		hne   x509.HostnameError
+		cie   x509.CertificateInvalidError
+	)
+	return errors.As(err, &rec) || errors.As(err, &alert) || errors.As(err, &verr) ||
+		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie)
+}

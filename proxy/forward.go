@@ -1,0 +1,343 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// serve reads r's body and forwards it. Every request that reaches it,
+// whichever way it came in, ends in finish.
+func (s *Server) serve(w responder, r *request) {
+	r.start, r.counted = s.deps.Clock.Now(), true
+	if spec := r.read(); spec != nil {
+		s.refuse(w, r, *spec, nil)
+		return
+	}
+	s.forward(w, r)
+}
+
+// forward is the failover loop: pick an account, attempt it, and apply
+// SPEC §4's failover table to what came back, until an answer is
+// committed or the request is refused.
+func (s *Server) forward(w responder, r *request) {
+	sel := s.deps.Selector
+	pick := rotation.Request{AffinityKey: r.affinityKey}
+	for {
+		pick.Attempted, pick.Skip = r.attempted, nil
+		if r.chat.Unsupported != "" || len(r.unreachable) > 0 || s.endpoints.anyDown() {
+			pick.Skip = func(a *accounts.Account) string { return s.skip(r, a) }
+		}
+		// At most min(usable accounts, MaxAttempts) attempts: every pick is
+		// a usable account not attempted yet, so Pick itself refuses once
+		// the usable ones are spent; only the cap needs counting here.
+		if len(r.attempted) >= s.cfg.MaxAttempts {
+			s.exhausted(w, r, sel.Explain(&pick))
+			return
+		}
+		choice, ref := sel.Pick(&pick)
+		if ref != nil {
+			if !r.probing && s.endpoints.anyDown() {
+				// Only accounts behind an endpoint that failed lately are
+				// left: try one of them rather than refuse, so the first
+				// request after the network is back succeeds.
+				r.probing = true
+				continue
+			}
+			s.exhausted(w, r, ref)
+			return
+		}
+		r.attempted = append(r.attempted, choice.Account.ID)
+		r.lastIndex = choice.Index
+		ans, f := s.attempt(r, &choice)
+		if f == nil {
+			r.outcomes = append(r.outcomes, outOK)
+			sel.Bind(r.affinityKey, choice.Account.ID)
+			s.commit(w, r, &choice, ans)
+			return
+		}
+		if !s.failedOver(w, r, &choice, f) {
+			return
+		}
+	}
+}
+
+// skip keeps out of r the accounts it must not use: those whose adapter
+// refuses it, and those behind an endpoint that cannot be reached (see
+// rotation.Request.Skip).
+func (s *Server) skip(r *request, a *accounts.Account) string {
+	ad := s.adapters.For(a.Kind)
+	if why := ad.refuses(r); why != "" {
+		return why
+	}
+	if len(r.unreachable) == 0 && !s.endpoints.anyDown() {
+		return ""
+	}
+	ep := s.endpoints.of(ad.base(a.BaseURL))
+	if slices.Contains(r.unreachable, ep) || !r.probing && s.endpoints.isDown(ep) {
+		return rotation.CoolingDown(rotation.CooldownNetworkError)
+	}
+	return ""
+}
+
+// failedOver applies the failover row of f to the account of ch and
+// reports whether the loop tries another account; when it does not, the
+// request has been answered.
+func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *failure) bool {
+	r.outcomes = append(r.outcomes, f.out)
+	row := &failover[f.out]
+	gone := w.gone()
+	if !gone {
+		s.judge(row, ch, f)
+	}
+	if f.out == outUnreachable {
+		if !gone {
+			s.endpoints.markDown(f.endpoint, f.err)
+		}
+		r.unreachable = append(r.unreachable, f.endpoint)
+		r.netErr = f.err
+	}
+	switch {
+	case gone:
+		// Nobody is waiting: no more attempts, and nobody is blamed for
+		// an answer no one asked for any more.
+		s.finish(r, ending{status: statusClientClosed, code: codeClientClosed})
+		return false
+	case !row.rotate:
+		s.refuse(w, r, row.respond(ch.Index, f), nil)
+		return false
+	}
+	ev := s.deps.Log.Info().Str("request_id", r.id).Int("account", ch.Index).
+		Str("outcome", row.name).Int("upstream_status", f.status)
+	if f.err != nil {
+		ev = ev.AnErr("upstream_error", f.err)
+	}
+	ev.Msg("failover: trying another account")
+	return true
+}
+
+// answer is an upstream's successful answer, settled: ready to commit.
+type answer struct {
+	resp      *fasthttp.Response // the caller owns it
+	shape     shape
+	pending   []byte // stream bytes already read, to send first
+	assembled []byte // the one object built from a whole stream
+	ended     bool   // pending holds the whole stream
+}
+
+// failure is an attempt that brought no answer: the failover row it
+// falls in (out) and what the row needs to know.
+type failure struct {
+	out        outcome
+	status     int
+	err        error
+	body       []byte // a non-2xx answer's first errBodyMax bytes, redacted
+	resetAt    time.Time
+	upstreamID string
+	endpoint   string // where the attempt went, scheme://host:port
+	message    string // outBadRequest: why rotor could not make the upstream's body
+}
+
+// attempt sends r to the account of ch, refreshing a token that is about
+// to expire first, and once more after a 401, trying again on the same
+// account.
+func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
+	a := &ch.Account
+	ad := s.adapters.For(a.Kind)
+	sec, err := s.secrets.get(a.ID, s.rt().TokensAt(a.ID))
+	if err != nil {
+		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
+		return nil, &failure{out: outUnauthorized, status: 401, err: err}
+	}
+	refresh := ad.Refreshes() && s.deps.Refresher != nil
+	refreshed := false
+	if refresh && !sec.ExpiresAt.IsZero() && sec.ExpiresAt.Sub(s.deps.Clock.Now()) < 5*time.Minute {
+		refreshed = true
+		if fresh, ok := s.refresh(r, ch, sec); ok {
+			sec = fresh
+		}
+	}
+	ans, f := s.send(r, ad, a, &sec)
+	if f != nil && f.out == outUnauthorized && refresh && !refreshed {
+		if fresh, ok := s.refresh(r, ch, sec); ok {
+			ans, f = s.send(r, ad, a, &fresh)
+		}
+	}
+	return ans, f
+}
+
+func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) (secrets.Secret, bool) {
+	// Not the request's context: fasthttp's must not outlive the handler,
+	// and a refresh cut off midway may have spent the single-use refresh
+	// token without storing its successor.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fresh, err := s.deps.Refresher.Refresh(ctx, ch.Account, stale)
+	if err != nil {
+		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("token refresh failed")
+		return secrets.Secret{}, false
+	}
+	s.secrets.put(ch.Account.ID, fresh)
+	s.rt().TokensChanged(ch.Account.ID)
+	return fresh, true
+}
+
+// send makes one upstream request through ad and classifies the answer.
+func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*answer, *failure) {
+	base := ad.base(a.BaseURL)
+	endpoint := s.endpoints.of(base)
+	body, sh, err := ad.body(r)
+	if err != nil {
+		return nil, &failure{out: outBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(ad.url(base, r))
+	req.Header.SetMethodBytes(r.header.Method())
+	copyRequestHeaders(&req.Header, r.header)
+	ad.setHeaders(&req.Header, a.ChatGPTAccountID, *sec)
+	if r.op != opModels {
+		req.SetBodyRaw(body)
+	}
+	resp := fasthttp.AcquireResponse()
+	if err := s.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, &failure{out: classifyTransport(err), err: err, endpoint: endpoint}
+	}
+	s.endpoints.markUp(endpoint)
+	status := resp.StatusCode()
+	now := s.deps.Clock.Now()
+	if q := parseQuota(now, &resp.Header); q != nil {
+		s.rt().SetQuota(a.ID, *q)
+	}
+	if status >= 200 && status < 300 {
+		return s.settle(r, resp, sh)
+	}
+	f := &failure{status: status, endpoint: endpoint, upstreamID: string(resp.Header.Peek("x-request-id")),
+		body: redact(readErrorBody(resp), sec)}
+	f.out = classify(status, &resp.Header, f.body)
+	if f.out == outUsageLimit {
+		f.resetAt = resetTime(now, &resp.Header, f.body)
+	}
+	fasthttp.ReleaseResponse(resp)
+	return nil, f
+}
+
+// settle reads the start of a successful answer before anything is sent:
+// all of it when the client wants one object made from it, else a
+// stream's first output event. A stream that fails before any output is
+// a failed attempt, so the loop can still try another account.
+func (s *Server) settle(r *request, resp *fasthttp.Response, sh shape) (*answer, *failure) {
+	ans := &answer{resp: resp, shape: sh}
+	if sh == shapeModelList {
+		// Bounded like an error body: a catalog is small.
+		ans.assembled = modelList(readErrorBody(resp), s.deps.Clock.Now())
+		return ans, nil
+	}
+	if !sseAnswer(resp) || resp.BodyStream() == nil {
+		return ans, nil
+	}
+	var fail string
+	var err error
+	if asm := newAssembler(r, sh); asm != nil {
+		ans.assembled, fail, err = assemble(resp.BodyStream(), asm)
+	} else {
+		ans.pending, fail, err = holdBack(resp.BodyStream())
+		if err == io.EOF {
+			// A short stream read to its end. The relay must not read the
+			// body again: past its last chunk a keep-alive connection has
+			// nothing more to say, and the read would wait for the stall.
+			err, ans.ended = nil, true
+		}
+	}
+	if err == nil && fail == "" {
+		return ans, nil
+	}
+	closeStream(resp, errCut)
+	fasthttp.ReleaseResponse(resp)
+	if err != nil {
+		return nil, &failure{out: outNetworkError, status: 200, err: err}
+	}
+	return nil, &failure{out: failedStreamOutcome(fail), status: 200, body: []byte(`{"error":{"code":"` + fail + `"}}`)}
+}
+
+// ending is how a request ended, for its usage record and log line.
+type ending struct {
+	status int
+	code   string
+	choice *rotation.Choice // the account that answered; nil: the last attempted
+	tokens *rotation.Tokens
+	ttfb   time.Duration
+	err    error // why an answer broke after it started
+	warn   bool  // an answer that did not complete
+}
+
+// statusClientClosed and codeClientClosed record a client that left.
+const (
+	statusClientClosed = 499
+	codeClientClosed   = "client_closed"
+)
+
+// finish ends r: one usage record (failed requests count too: "rotor
+// report" shows errors by code) and one log line, never a token or body.
+// A request refused before it was read (guard, route, size) is logged
+// but not recorded.
+func (s *Server) finish(r *request, e ending) {
+	now := s.deps.Clock.Now()
+	dur := now.Sub(r.start)
+	id, index := "", r.lastIndex
+	if e.choice != nil {
+		id, index = e.choice.Account.ID, e.choice.Index
+	} else if n := len(r.attempted); n > 0 {
+		id = r.attempted[n-1]
+	}
+	if r.counted && s.deps.Usage != nil {
+		s.deps.Usage.Append(rotation.Usage{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
+			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds()})
+	}
+	ev := s.deps.Log.Info()
+	if e.warn {
+		ev = s.deps.Log.Warn()
+		if e.err != nil {
+			ev = ev.AnErr("upstream_error", e.err)
+		}
+	}
+	ev = ev.Str("request_id", r.id)
+	if index > 0 {
+		ev = ev.Int("account", index)
+	}
+	if r.counted {
+		ev = ev.Str("model", r.model)
+	}
+	ev = ev.Int("status", e.status)
+	if r.counted {
+		ev = ev.Int("attempts", len(r.attempted))
+		if e.choice != nil {
+			ev = ev.Int64("ttfb_ms", e.ttfb.Milliseconds())
+		}
+		ev = ev.Int64("duration_ms", dur.Milliseconds())
+	}
+	if e.code != "" {
+		ev = ev.Str("code", e.code)
+	}
+	if e.tokens != nil {
+		ev = ev.Int64("input_tokens", e.tokens.Input).Int64("output_tokens", e.tokens.Output)
+	}
+	ev.Msg("request")
+}
+
+// refuse answers r with a rotor-made error and finishes it.
+func (s *Server) refuse(w responder, r *request, spec rerr.Spec, headers func(HeaderSetter)) {
+	spec.RequestID = r.id
+	resp := rerr.Build(spec)
+	w.refuse(resp, headers)
+	s.finish(r, ending{status: resp.Status, code: spec.Code})
+}

@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts/secrets"
+)
+
+// dropRequestHeaders never reach an upstream: hop-by-hop headers, the
+// client's credentials and cookies, headers naming the client's own org or
+// project (wrong for another account), and Accept-Encoding, so the upstream
+// answers uncompressed and rotor can read usage from the stream as it
+// passes.
+var dropRequestHeaders = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "proxy-authenticate": true,
+	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
+	"host": true, "cookie": true, "x-api-key": true, "authorization": true, "content-length": true,
+	"accept-encoding": true, "openai-organization": true, "openai-project": true, "origin": true,
+	"chatgpt-account-id": true, "originator": true,
+}
+
+// dropResponseHeaders are not copied back to the client: hop-by-hop
+// headers, framing rotor redoes, and anything that carries or asks for
+// credentials, which belong to the account, not to the client.
+var dropResponseHeaders = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "te": true, "trailer": true,
+	"transfer-encoding": true, "upgrade": true, "content-length": true, "set-cookie": true,
+	"set-cookie2": true, "authorization": true, "proxy-authorization": true, "proxy-authenticate": true,
+	"www-authenticate": true, "cookie": true, "x-api-key": true,
+	"x-request-id": true, "date": true, "server": true, "alt-svc": true,
+}
+
+// headerIn reports whether the header name k, in any case, is in m, without
+// allocating for names of ordinary length.
+func headerIn(m map[string]bool, k []byte) bool {
+	var buf [64]byte
+	if len(k) > len(buf) {
+		return m[strings.ToLower(string(k))]
+	}
+	for i, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return m[string(buf[:len(k)])]
+}
+
+// copyRequestHeaders copies the client's headers an upstream may see:
+// none of dropRequestHeaders, and none that the client's Connection
+// header names as hop-by-hop (RFC 9110 §7.6.1).
+func copyRequestHeaders(dst, src *fasthttp.RequestHeader) {
+	hop := src.Peek("Connection")
+	for k, v := range src.All() {
+		if passes(dropRequestHeaders, hop, k) {
+			dst.AddBytesKV(k, v)
+		}
+	}
+}
+
+// relayHeaders copies the upstream's answer headers a client may see:
+// none of dropResponseHeaders, and none that the upstream's Connection
+// header names as hop-by-hop.
+func relayHeaders(dst, src *fasthttp.ResponseHeader) {
+	hop := src.Peek("Connection")
+	for k, v := range src.All() {
+		if passes(dropResponseHeaders, hop, k) {
+			dst.AddBytesKV(k, v)
+		}
+	}
+}
+
+// passes reports whether header k crosses the proxy: it is not in drop,
+// and the sender's Connection header (hop) does not name it as hop-by-hop.
+// Both directions use it, as net/http/httputil's removeHopByHopHeaders does.
+func passes(drop map[string]bool, hop, k []byte) bool {
+	return !headerIn(drop, k) && (len(hop) == 0 || !namedIn(hop, k))
+}
+
+// namedIn reports whether the comma-separated list names k, in any case.
+func namedIn(list, k []byte) bool {
+	for len(list) > 0 {
+		var item []byte
+		item, list, _ = bytes.Cut(list, []byte{','})
+		if bytes.EqualFold(bytes.TrimSpace(item), k) {
+			return true
+		}
+	}
+	return false
+}
+
+// redact replaces the account's own secrets wherever an upstream quoted
+// them in an error body, before any of it can reach the client or a log.
+func redact(body []byte, sec *secrets.Secret) []byte {
+	for _, v := range [...]string{sec.APIKey, sec.AccessToken, sec.RefreshToken, sec.IDToken} {
+		if len(v) >= 8 && bytes.Contains(body, []byte(v)) {
+			body = bytes.ReplaceAll(body, []byte(v), []byte("[redacted]"))
+		}
+	}
+	return body
+}
+

@@ -1,0 +1,266 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"runtime/debug"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	rerr "github.com/rotorproxy/rotor/errors"
+)
+
+// op is what a client asked for; each adapter maps it to an upstream URL.
+type op int
+
+const (
+	opResponses op = iota
+	opCompact
+	opChat
+	opModels
+	opHealth // answered by rotor itself, never forwarded
+	opCount
+)
+
+type route struct {
+	method string
+	op     op
+}
+
+// routes is the proxy's whole surface (SPEC §4, §7).
+var routes = map[string]route{
+	"/v1/responses":         {fasthttp.MethodPost, opResponses},
+	"/responses":            {fasthttp.MethodPost, opResponses},
+	"/v1/responses/compact": {fasthttp.MethodPost, opCompact},
+	"/responses/compact":    {fasthttp.MethodPost, opCompact},
+	"/v1/chat/completions":  {fasthttp.MethodPost, opChat},
+	"/chat/completions":     {fasthttp.MethodPost, opChat},
+	"/v1/models":            {fasthttp.MethodGet, opModels},
+	"/models":               {fasthttp.MethodGet, opModels},
+	"/healthz":              {fasthttp.MethodGet, opHealth},
+	"/v1/healthz":           {fasthttp.MethodGet, opHealth},
+}
+
+// surface is the list of routes a 404 names.
+const surface = "POST /v1/responses, POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models and GET /healthz"
+
+// newRequestID returns an id for logs and payloads. It needs to be unique,
+// not secret, so a fast PRNG does.
+func newRequestID() string {
+	var b [12]byte
+	u1, u2 := rand.Uint64(), rand.Uint32()
+	for i := range 8 {
+		b[i] = byte(u1 >> (8 * i))
+	}
+	for i := range 4 {
+		b[8+i] = byte(u2 >> (8 * i))
+	}
+	return "rotor_" + hex.EncodeToString(b[:])
+}
+
+// handle is the fasthttp handler, the HTTP way in: guard, route, read the
+// body, then the forward loop, which answers through an httpResponder.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	r := &request{id: newRequestID(), header: &ctx.Request.Header}
+	w := httpResponder{ctx}
+	ctx.Response.Header.Set("x-request-id", r.id)
+	// fasthttp does not recover handler panics: one would end the process
+	// and every stream in it. A bug becomes this request's 500 instead,
+	// logged with its stack, never shown to the client.
+	defer func() {
+		if v := recover(); v != nil {
+			s.deps.Log.Error().Str("request_id", r.id).Str("panic", fmt.Sprint(v)).
+				Bytes("stack", debug.Stack()).Msg("handler panic")
+			ctx.Response.Reset()
+			ctx.Response.Header.Set("x-request-id", r.id)
+			s.refuse(w, r, rerr.Spec{Code: rerr.ProxyError,
+				Message: "rotor failed on this request (a bug); it is logged with request_id"}, nil)
+		}
+	}()
+	page := s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path())
+	if code := s.guard(&ctx.Request.Header, page); code != "" {
+		// The body was not read: the connection cannot carry another
+		// request, and a stranger's upload costs nothing.
+		ctx.SetConnectionClose()
+		s.refuse(w, r, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
+		return
+	}
+	if page {
+		s.deps.Pages.ServePage(ctx)
+		return
+	}
+	rt, ok := routes[string(ctx.Path())]
+	if !ok || string(ctx.Method()) != rt.method {
+		ctx.SetConnectionClose()
+		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyNotFound,
+			Message: fmt.Sprintf("rotor does not serve %s %s; it serves %s", ctx.Method(), ctx.Path(), surface)}, nil)
+		return
+	}
+	if rt.op == opHealth {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+		return
+	}
+	body, release, spec := s.readBody(ctx)
+	defer release()
+	if spec != nil {
+		ctx.SetConnectionClose()
+		s.refuse(w, r, *spec, nil)
+		return
+	}
+	r.op, r.body, r.query = rt.op, body, ctx.URI().QueryString()
+	s.serve(w, r)
+}
+
+// bodyPool recycles request body buffers: long Codex sessions send the
+// whole history, megabytes, with every turn.
+var bodyPool sync.Pool
+
+// maxPooledBody keeps a rare huge body from pinning its buffer forever.
+const maxPooledBody = 8 << 20
+
+// readBody reads the request body, at most MaxBody bytes whether its
+// length is declared or chunked. release returns the buffer; the body
+// must not be used after it.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func(), spec *rerr.Spec) {
+	release = func() {}
+	tooLarge := &rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
+		Message: "request body is larger than the proxy accepts (--max-body)",
+		Extra:   []rerr.Field{{Key: "max_bytes", Value: s.cfg.MaxBody}}}
+	n := ctx.Request.Header.ContentLength()
+	if n > s.cfg.MaxBody {
+		return nil, release, tooLarge
+	}
+	stream := ctx.RequestBodyStream()
+	if stream == nil || n == 0 {
+		return ctx.Request.Body(), release, nil
+	}
+	var buf []byte
+	if p, ok := bodyPool.Get().(*[]byte); ok {
+		buf = (*p)[:0]
+	}
+	if n > cap(buf) {
+		buf = make([]byte, 0, n)
+	}
+	release = func() {
+		if cap(buf) <= maxPooledBody {
+			buf = buf[:0]
+			bodyPool.Put(&buf)
+		}
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := stream.Read(buf[len(buf):min(cap(buf), s.cfg.MaxBody+1)])
+		buf = buf[:len(buf)+m]
+		if len(buf) > s.cfg.MaxBody {
+			return nil, release, tooLarge
+		}
+		if err == io.EOF {
+			return buf, release, nil
+		}
+		if err != nil {
+			return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
+		}
+	}
+}
+
+var guardMessages = map[string]string{
+	rerr.ProxyForbiddenHost: "rotor only answers loopback requests (Host, Origin and request target must be loopback)",
+	rerr.ProxyUnauthorized:  "missing or wrong client key: send the key from proxy.json as Authorization: Bearer <key> or x-api-key (\"rotor env\" prints it)",
+}
+
+// guard applies the checks every request passes before routing: loopback
+// Host, origin-form target, loopback Origin, then the client key, except
+// on a dashboard page (which takes its cookie instead). It returns the
+// error code to answer with, "" to go on.
+func (s *Server) guard(h *fasthttp.RequestHeader, page bool) string {
+	uri := h.RequestURI()
+	if len(uri) == 0 || uri[0] != '/' {
+		return rerr.ProxyForbiddenHost // absolute-form or asterisk-form target
+	}
+	if !loopbackHostPort(h.Host()) {
+		return rerr.ProxyForbiddenHost
+	}
+	if o := h.Peek("Origin"); len(o) > 0 && !loopbackOrigin(o) {
+		return rerr.ProxyForbiddenHost
+	}
+	if !page && !s.authorized(h) {
+		return rerr.ProxyUnauthorized
+	}
+	return ""
+}
+
+// authorized compares the presented key with the client key in constant
+// time, through SHA-256 digests so the length leaks nothing either.
+func (s *Server) authorized(h *fasthttp.RequestHeader) bool {
+	key := h.Peek("x-api-key")
+	if len(key) == 0 {
+		auth := h.Peek("Authorization")
+		const prefix = "Bearer "
+		if len(auth) > len(prefix) && bytes.EqualFold(auth[:len(prefix)], []byte(prefix)) {
+			key = auth[len(prefix):]
+		}
+	}
+	if len(key) == 0 {
+		return false
+	}
+	d := sha256.Sum256(key)
+	return subtle.ConstantTimeCompare(d[:], s.keyDigest[:]) == 1
+}
+
+// loopbackHostPort reports whether a Host header names a loopback literal
+// or localhost, with any port.
+func loopbackHostPort(hp []byte) bool {
+	host := hp
+	switch {
+	case len(hp) > 0 && hp[0] == '[':
+		end := bytes.IndexByte(hp, ']')
+		if end < 0 {
+			return false
+		}
+		host = hp[1:end]
+	case bytes.Count(hp, []byte{':'}) == 1:
+		host = hp[:bytes.IndexByte(hp, ':')]
+	}
+	return LoopbackHost(string(host))
+}
+
+func loopbackOrigin(o []byte) bool {
+	u, err := url.Parse(string(o))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return LoopbackHost(u.Hostname())
+}
+
+// handleParseError answers requests fasthttp could not read. Headers too
+// large for the read buffer get 431 at once (a partly read header says
+// nothing about the caller); otherwise the guard still runs first, so an
+// unknown caller learns nothing but 401.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	r := &request{id: newRequestID(), header: &ctx.Request.Header}
+	w := httpResponder{ctx}
+	ctx.Response.Header.Set("x-request-id", r.id)
+	ctx.SetConnectionClose()
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyHeadersTooLarge,
+			Message: fmt.Sprintf("request headers are larger than the proxy accepts (%d KiB)", MaxHeaderBytes>>10)}, nil)
+		return
+	}
+	if code := s.guard(&ctx.Request.Header, false); code != "" {
+		s.refuse(w, r, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
+		return
+	}
+	s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "malformed HTTP request"}, nil)
+}

@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/chat"
+)
+
+// request is one client request on its way through the forward loop:
+// what the client asked for, read once, and what the loop has learnt
+// about it so far.
+type request struct {
+	id    string // x-request-id, in logs and payloads
+	op    op
+	start time.Time
+	// header and query are the client's; they, like body, are valid
+	// until the request is finished.
+	header *fasthttp.RequestHeader
+	query  []byte
+	body   []byte
+
+	// What rotor reads in the body: its members (unless it is encoded,
+	// and so opaque), the model and the affinity key.
+	encoded     bool
+	scan        scanned
+	chat        chat.Request // op == opChat
+	codexClient bool         // a models request from Codex CLI: it gets the catalog as is
+	model       string
+	affinityKey string
+
+	// edited is the body as an adapter that edits bodies made it, once
+	// per request (chatgptAdapter.body).
+	edited struct {
+		made  bool
+		body  []byte
+		shape shape
+		err   error
+	}
+
+	// The loop's progress: accounts attempted (ids) and what each
+	// attempt came to, the last account's index as users number it, and
+	// the endpoints that could not be reached, behind which no other
+	// account is tried unless probing lets one attempt through.
+	attempted   []string
+	outcomes    []outcome
+	lastIndex   int
+	unreachable []string
+	probing     bool
+	netErr      error // the last connect failure, for the client's message
+
+	// counted: the request was read, so its end is a usage record (a
+	// refusal before that, by the guard or the route, is only logged).
+	counted bool
+}
+
+// read fills in what rotor needs from the body: its members, checked to
+// be JSON, the Chat Completions parameters, the model and the affinity
+// key. A refusal is the client's fault (400).
+func (r *request) read() *rerr.Spec {
+	// A compressed body (Content-Encoding) is forwarded as it came, with
+	// its header: rotor reads nothing in it and rewrites nothing.
+	ce := r.header.ContentEncoding()
+	r.encoded = len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity"))
+	var f bodyFields
+	switch {
+	case r.op == opModels:
+		r.codexClient = hasQueryArg(r.query, "client_version")
+	case r.encoded:
+	case !scanBody(r.body, &r.scan):
+		return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not valid JSON"}
+	case r.op == opChat:
+		var err error
+		if r.chat, err = chat.Parse(r.body); err != nil {
+			return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: err.Error()}
+		}
+		r.model = r.chat.Model
+		f.promptCacheKey = r.chat.PromptCacheKey // read by chat.Parse's own pass
+	default:
+		f = readFields(r.body, r.scan.members)
+		r.model = strings.Clone(f.model) // outlives the pooled body in logs
+	}
+	r.affinityKey = affinityKey(r.header, f)
+	return nil
+}
+
+// hasQueryArg reports whether the query string q has an argument name.
+func hasQueryArg(q []byte, name string) bool {
+	for len(q) > 0 {
+		var arg []byte
+		arg, q, _ = bytes.Cut(q, []byte{'&'})
+		if k, _, _ := bytes.Cut(arg, []byte{'='}); string(k) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionHeaders name a client's conversation, in the order trusted.
+// Newer Codex CLIs spell it session-id on the wire.
+var sessionHeaders = []string{"session_id", "session-id", "conversation_id"}
+
+// affinityKey is the conversation a request belongs to: a session header,
+// else the body's prompt_cache_key, else its previous_response_id. It is a
+// fixed-size digest, so a client cannot make rotor hold megabytes of keys
+// for the affinity's lifetime.
+func affinityKey(h *fasthttp.RequestHeader, f bodyFields) string {
+	for _, name := range sessionHeaders {
+		if v := h.Peek(name); len(v) > 0 {
+			return digestKey('s', v)
+		}
+	}
+	if f.promptCacheKey != "" {
+		return digestKey('p', []byte(f.promptCacheKey))
+	}
+	if f.previousResponseID != "" {
+		return digestKey('r', []byte(f.previousResponseID))
+	}
+	return ""
+}
+
+// bodyFields are the top-level members of a Responses request that rotor
+// itself reads. They are views into the body: valid only while it is.
+type bodyFields struct {
+	model, promptCacheKey, previousResponseID string
+}
+
+// readFields reads bodyFields from a body's top-level members. Of
+// repeated keys the first counts, as with gjson.Get.
+func readFields(body []byte, ms []member) bodyFields {
+	var f bodyFields
+	for _, m := range ms {
+		var dst *string
+		switch m.key(body) {
+		case "model":
+			dst = &f.model
+		case "prompt_cache_key":
+			dst = &f.promptCacheKey
+		case "previous_response_id":
+			dst = &f.previousResponseID
+		}
+		if dst != nil && *dst == "" {
+			*dst, _ = m.str(body)
+		}
+	}
+	return f
+}
+
+// digestKey is kind followed by the SHA-256 of v.
+func digestKey(kind byte, v []byte) string {
+	sum := sha256.Sum256(v)
+	var b [1 + sha256.Size]byte
+	b[0] = kind
+	copy(b[1:], sum[:])
+	return string(b[:])
+}
