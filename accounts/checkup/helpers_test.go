@@ -55,13 +55,32 @@ func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
 		Runtime:     rotation.NewRuntime(h.Dir, rotation.SystemClock{}),
 		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.URL()), Secrets: h.Secrets, Dir: h.Dir,
 			Clock: rotationtest.Real()},
-		Prober: proxy.Prober{ChatGPTBase: h.up.ChatGPTBase(), OpenAIBase: h.up.OpenAIBase()},
-		Alive:  func(pid int) bool { return pid == os.Getpid() },
+		Adapters: func(k accounts.Kind) checkup.Adapter {
+			return testAdapter{proxy.Prober{ChatGPTBase: h.up.ChatGPTBase(), OpenAIBase: h.up.OpenAIBase()}, k}
+		},
+		Alive: func(pid int) bool { return pid == os.Getpid() },
 	}
 	for _, o := range opts {
 		o(&d)
 	}
 	return checkup.New(d)
+}
+
+// testAdapter stands in for proxy's adapters until proxy has them: it
+// probes through proxy.Prober and answers the rest per kind.
+// TODO(stage): proxy.AdapterFor
+type testAdapter struct {
+	proxy.Prober
+	kind accounts.Kind
+}
+
+func (a testAdapter) Refreshes() bool { return a.kind == accounts.KindChatGPT }
+
+func (a testAdapter) AddCommand() string {
+	if a.kind == accounts.KindAPIKey {
+		return `"rotor add-key"`
+	}
+	return `"rotor login" or "rotor import codex"`
 }
 
 // write prepares accts (hometest.Home.Write) and teaches the fake token

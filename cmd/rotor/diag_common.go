@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -31,6 +32,8 @@ func (a *app) noArgs(fs *flag.FlagSet, args []string) error {
 func (a *app) checkup(dir string) *checkup.Checkup {
 	mode := a.getenv("ROTOR_SECRETS")
 	sec, secErr := secrets.Open(dir, mode, a.stderr)
+	prober := proxy.Prober{ChatGPTBase: strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+		OpenAIBase: strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")}
 	d := checkup.Deps{
 		Dir:         dir,
 		Secrets:     sec,
@@ -38,14 +41,33 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		SecretsMode: mode,
 		Runtime:     rotation.NewRuntime(dir, a.clockOrSystem()),
 		HTTP:        a.client(),
-		Prober: proxy.Prober{ChatGPTBase: strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
-			OpenAIBase: strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")},
-		Clock: a.clockOrSystem(),
+		// TODO(stage): proxy.AdapterFor
+		Adapters: func(k accounts.Kind) checkup.Adapter { return stageAdapter{prober, k} },
+		Clock:    a.clockOrSystem(),
 	}
 	if sec != nil {
 		d.Refresher = newRefresher(a, dir, sec, nil)
 	}
 	return checkup.New(d)
+}
+
+// stageAdapter stands in for proxy's adapters until proxy has them: it
+// probes through proxy.Prober and answers the rest per kind.
+// TODO(stage): proxy.AdapterFor
+type stageAdapter struct {
+	proxy.Prober
+	kind accounts.Kind
+}
+
+// Refreshes reports whether the kind's credential is a token rotor renews.
+func (s stageAdapter) Refreshes() bool { return s.kind == accounts.KindChatGPT }
+
+// AddCommand names the command(s) that add an account of the kind.
+func (s stageAdapter) AddCommand() string {
+	if s.kind == accounts.KindAPIKey {
+		return `"rotor add-key"`
+	}
+	return `"rotor login" or "rotor import codex"`
 }
 
 // diagExit1 makes a command exit 1 after it printed its own report.
