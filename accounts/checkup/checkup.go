@@ -68,10 +68,11 @@ type Deps struct {
 	// HTTP sends the probes and the proxy check (default: a plain client;
 	// every call is bounded by a context deadline anyway).
 	HTTP *http.Client
-	// Prober builds the probes VerifyFlagged sends (proxy.Prober in rotor,
-	// so a probe is what the proxy would send). May be nil: accounts are
-	// then refreshed but not probed, and stay flagged.
-	Prober Prober
+	// Adapters gives the Adapter of each account kind (proxy.Adapters.For in
+	// rotor, so a probe is what the proxy would send). It must answer
+	// every kind accounts.Parse accepts, and may be nil only when no
+	// account is looked at: Store, or a home without accounts.
+	Adapters func(accounts.Kind) Adapter
 	// Clock tells the time: rotor's one clock (default: the system's).
 	Clock Clock
 	// Alive reports whether process pid runs (default: signal 0).
@@ -98,11 +99,21 @@ type State interface {
 	Reset(now time.Time) (keptAs string, err error)
 }
 
-// Prober builds an account's cheapest authenticated upstream request, with
-// sec only in its headers (nil: the request without credentials, for
-// saying what would be sent).
-type Prober interface {
+// An Adapter is what a checkup needs to know about one account kind: how
+// to probe it upstream and how its credential behaves. rotor wires proxy's
+// adapters here (proxy.Adapters.For); tests may pass their own.
+type Adapter interface {
+	// ProbeRequest is a's cheapest authenticated upstream request (its
+	// models list) carrying sec only in its headers; with sec nil, the
+	// request without credentials, for saying what would be sent.
 	ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error)
+	// Refreshes reports whether the kind's credential is an expiring
+	// token that rotor renews (true) or a long-lived key (false).
+	Refreshes() bool
+	// AddCommand names the command(s) that add an account of this kind,
+	// as a user types them, quoted: `"rotor add-key"`, or
+	// `"rotor login" or "rotor import codex"`.
+	AddCommand() string
 }
 
 // Clock is the part of rotor's clock (rotation.Clock) a checkup reads.
@@ -139,6 +150,9 @@ func New(d Deps) *Checkup {
 	}
 	return &Checkup{d: d}
 }
+
+// adapter is the Adapter of a's kind.
+func (c *Checkup) adapter(a *accounts.Account) Adapter { return c.d.Adapters(a.Kind) }
 
 // storePath is accounts.json in the home.
 func (c *Checkup) storePath() string { return filepath.Join(c.d.Dir, home.AccountsFile) }
@@ -194,10 +208,12 @@ func (c *Checkup) goodBackups() []backup {
 }
 
 // duplicates returns the groups of accounts that are in the pool twice, as
-// 1-based indexes, first (the one kept) first: the same ChatGPT login (same
-// kind, chatgpt_account_id and email, the email case-insensitively), or API
-// keys with the same keyed fingerprint. Accounts with neither a
-// chatgpt_account_id nor a fingerprint are never duplicates.
+// 1-based indexes, first (the one kept) first: the same key (same kind and
+// keyed fingerprint), or the same ChatGPT login (same kind,
+// chatgpt_account_id and email, the email case-insensitively). Accounts
+// with neither a fingerprint nor a chatgpt_account_id are never
+// duplicates. The fields say enough without asking the kind's adapter:
+// only key accounts get a fingerprint, only ChatGPT logins an account id.
 func duplicates(p *accounts.Pool) [][]int {
 	type key struct{ kind, cg, email, fp string }
 	groups := map[key][]int{}
@@ -206,7 +222,7 @@ func duplicates(p *accounts.Pool) [][]int {
 		a := &p.Accounts[i]
 		var k key
 		switch {
-		case a.Kind == accounts.KindAPIKey && a.KeyFingerprint != "":
+		case a.KeyFingerprint != "":
 			k = key{kind: string(a.Kind), fp: a.KeyFingerprint}
 		case a.ChatGPTAccountID != "":
 			k = key{kind: string(a.Kind), cg: a.ChatGPTAccountID, email: strings.ToLower(a.Email)}
@@ -228,20 +244,21 @@ func duplicates(p *accounts.Pool) [][]int {
 }
 
 // sameWhat says what a duplicate group shares, for doctor and fix.
-func sameWhat(a *accounts.Account) string {
-	if a.Kind == accounts.KindAPIKey {
+func (c *Checkup) sameWhat(a *accounts.Account) string {
+	if !c.adapter(a).Refreshes() {
 		return "the same API key"
 	}
 	return fmt.Sprintf("the same login (%s)", a.Email)
 }
 
-// unfingerprinted lists the API-key accounts with a stored key (their id
-// is in withSecret) but no stored fingerprint: added before rotor kept
-// them, their duplicates cannot be seen until Fix fingerprints them.
-func unfingerprinted(p *accounts.Pool, withSecret []string) []int {
+// unfingerprinted lists the API-key accounts (those whose kind holds a
+// long-lived key) with a stored key (their id is in withSecret) but no
+// stored fingerprint: added before rotor kept them, their duplicates
+// cannot be seen until Fix fingerprints them.
+func (c *Checkup) unfingerprinted(p *accounts.Pool, withSecret []string) []int {
 	var out []int
 	for i := range p.Accounts {
-		if a := &p.Accounts[i]; a.Kind == accounts.KindAPIKey && a.KeyFingerprint == "" && slices.Contains(withSecret, a.ID) {
+		if a := &p.Accounts[i]; a.KeyFingerprint == "" && slices.Contains(withSecret, a.ID) && !c.adapter(a).Refreshes() {
 			out = append(out, i+1)
 		}
 	}

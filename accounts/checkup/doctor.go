@@ -301,7 +301,7 @@ func checkSecretsBackend(r *doctorRun) []Check {
 }
 
 // checkAccounts checks, per account, that its secret is there and, for
-// ChatGPT accounts, when its access token expires.
+// accounts with tokens to renew (ChatGPT's), when its access token expires.
 func checkAccounts(r *doctorRun) []Check {
 	if r.pr.pool == nil || r.c.d.Secrets == nil || r.idsErr != nil {
 		return nil // the store or secrets check already says why
@@ -311,29 +311,26 @@ func checkAccounts(r *doctorRun) []Check {
 		a := &r.pr.pool.Accounts[i]
 		name := fmt.Sprintf("account:%d", i+1)
 		who := accountName(i+1, a)
+		ad := r.c.adapter(a)
 		sec, err := r.c.d.Secrets.Get(a.ID)
 		if err != nil {
-			again := "\"rotor login\" or \"rotor import codex\""
-			if a.Kind == accounts.KindAPIKey {
-				again = "\"rotor add-key\""
-			}
 			status, what := StatusError, "has no secret"
 			if !errors.Is(err, secrets.ErrNotFound) {
 				what = "secret cannot be read: " + errText(err)
 			}
-			out = append(out, Check{name, status, fmt.Sprintf("%s %s; remove it (\"rotor remove %d\") and add it again with %s", who, what, i+1, again)})
+			out = append(out, Check{name, status, fmt.Sprintf("%s %s; remove it (\"rotor remove %d\") and add it again with %s", who, what, i+1, ad.AddCommand())})
 			continue
 		}
-		out = append(out, tokenCheck(name, who, i+1, a, sec, r.now))
+		out = append(out, tokenCheck(name, who, i+1, ad, sec, r.now))
 	}
 	return out
 }
 
-// tokenCheck judges the secret an account has.
-func tokenCheck(name, who string, index int, a *accounts.Account, sec secrets.Secret, now time.Time) Check {
-	if a.Kind == accounts.KindAPIKey {
+// tokenCheck judges the secret an account of ad's kind has.
+func tokenCheck(name, who string, index int, ad Adapter, sec secrets.Secret, now time.Time) Check {
+	if !ad.Refreshes() {
 		if sec.APIKey == "" {
-			return Check{name, StatusError, fmt.Sprintf("%s has an empty API key; remove it (\"rotor remove %d\") and add it again with \"rotor add-key\"", who, index)}
+			return Check{name, StatusError, fmt.Sprintf("%s has an empty API key; remove it (\"rotor remove %d\") and add it again with %s", who, index, ad.AddCommand())}
 		}
 		return Check{name, StatusOK, who + ": API key present"}
 	}
@@ -386,9 +383,9 @@ func checkDuplicates(r *doctorRun) []Check {
 	groups := duplicates(r.pr.pool)
 	var parts []string
 	for _, g := range groups {
-		parts = append(parts, fmt.Sprintf("accounts %s hold %s", joinInts(g), sameWhat(r.pr.pool.At(g[0]))))
+		parts = append(parts, fmt.Sprintf("accounts %s hold %s", joinInts(g), r.c.sameWhat(r.pr.pool.At(g[0]))))
 	}
-	if un := unfingerprinted(r.pr.pool, r.ids); len(un) > 0 {
+	if un := r.c.unfingerprinted(r.pr.pool, r.ids); len(un) > 0 {
 		what := "API-key account " + joinInts(un) + " has no key fingerprint yet, so a second copy of its key"
 		if len(un) > 1 {
 			what = "API-key accounts " + joinInts(un) + " have no key fingerprint yet, so a second copy of their keys"

@@ -346,7 +346,7 @@ func fixFingerprints(f *fixRun) {
 	if err != nil {
 		return // the secrets step reports the backend
 	}
-	un := unfingerprinted(f.pool, ids)
+	un := f.c.unfingerprinted(f.pool, ids)
 	if len(un) == 0 {
 		return
 	}
@@ -402,7 +402,7 @@ func fixDuplicates(f *fixRun) {
 			keep := f.pool.At(g[0])
 			for _, i := range g[1:] {
 				f.add(Action{Action: ActionMergeDuplicate, Target: accountName(i, f.pool.At(i)),
-					Detail: mergeDetail(f.pool, keep, g[0], i)})
+					Detail: f.c.mergeDetail(f.pool, keep, g[0], i)})
 			}
 		}
 		return
@@ -420,7 +420,7 @@ func fixDuplicates(f *fixRun) {
 			keep := p.At(g[0])
 			for _, i := range g[1:] {
 				dup := p.At(i)
-				done = append(done, Action{Action: ActionMergeDuplicate, Target: accountName(i, dup), Detail: mergeDetail(p, keep, g[0], i)})
+				done = append(done, Action{Action: ActionMergeDuplicate, Target: accountName(i, dup), Detail: f.c.mergeDetail(p, keep, g[0], i)})
 				if err := f.keepNewestSecret(keep.ID, dup.ID); err != nil {
 					return err
 				}
@@ -449,8 +449,8 @@ func fixDuplicates(f *fixRun) {
 	// and the kept account already has the newest of them.
 }
 
-func mergeDetail(p *accounts.Pool, keep *accounts.Account, keepIndex, dupIndex int) string {
-	s := fmt.Sprintf("%s as account %d; removed, account %d kept", sameWhat(keep), keepIndex, keepIndex)
+func (c *Checkup) mergeDetail(p *accounts.Pool, keep *accounts.Account, keepIndex, dupIndex int) string {
+	s := fmt.Sprintf("%s as account %d; removed, account %d kept", c.sameWhat(keep), keepIndex, keepIndex)
 	if p.PinnedAccountID != nil && *p.PinnedAccountID == p.At(dupIndex).ID {
 		s += fmt.Sprintf("; the pin moves to account %d", keepIndex)
 	}
@@ -543,9 +543,10 @@ func fixOrphans(f *fixRun) {
 	}
 }
 
-// fixTokens refreshes the expired access tokens of ChatGPT accounts, and
-// disables (and flags token-invalid) the accounts whose refresh the server
-// refuses for good. Flagged accounts are left to verify-flagged.
+// fixTokens refreshes the expired access tokens of the accounts whose kind
+// has tokens to renew (ChatGPT's), and disables (and flags token-invalid)
+// the accounts whose refresh the server refuses for good. Flagged accounts
+// are left to verify-flagged.
 func fixTokens(f *fixRun) {
 	if f.pool == nil || f.c.d.Secrets == nil {
 		return
@@ -553,7 +554,7 @@ func fixTokens(f *fixRun) {
 	refreshed := false
 	accts := slices.Clone(f.pool.Accounts) // disable replaces f.pool
 	for i, a := range accts {
-		if a.Kind != accounts.KindChatGPT {
+		if !f.c.adapter(&a).Refreshes() {
 			continue
 		}
 		if _, flagged := a.Flagged(); flagged {

@@ -48,6 +48,7 @@ func newTestHome(t *testing.T) *testHome {
 // checkup returns a checkup over the home wired like the CLI wires it,
 // with the fakes as upstream and auth server.
 func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
+	adapters := proxy.NewAdapters(h.up.ChatGPTBase(), h.up.OpenAIBase())
 	d := checkup.Deps{
 		Dir:         h.Dir,
 		Secrets:     h.Secrets,
@@ -55,8 +56,8 @@ func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
 		Runtime:     rotation.NewRuntime(h.Dir, rotation.SystemClock{}),
 		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.URL()), Secrets: h.Secrets, Dir: h.Dir,
 			Clock: rotationtest.Real()},
-		Prober: proxy.Prober{ChatGPTBase: h.up.ChatGPTBase(), OpenAIBase: h.up.OpenAIBase()},
-		Alive:  func(pid int) bool { return pid == os.Getpid() },
+		Adapters: func(k accounts.Kind) checkup.Adapter { return adapters.For(k) },
+		Alive:    func(pid int) bool { return pid == os.Getpid() },
 	}
 	for _, o := range opts {
 		o(&d)

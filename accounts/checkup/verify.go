@@ -65,22 +65,20 @@ func (r VerifyResult) Count() (total, restored, still int) {
 
 // probeURL is the URL of an account's probe, for messages.
 func (c *Checkup) probeURL(a *accounts.Account) string {
-	if c.d.Prober == nil {
-		return "(no prober)"
-	}
-	req, err := c.d.Prober.ProbeRequest(context.Background(), a, nil)
+	req, err := c.adapter(a).ProbeRequest(context.Background(), a, nil)
 	if err != nil {
 		return "(invalid base URL)"
 	}
 	return req.URL.String()
 }
 
-// VerifyFlagged re-checks every flagged account: for a ChatGPT account a
-// token refresh, then (when it worked) a probe of the upstream with the
-// account's headers; for an API-key account the probe alone. An account
-// whose probe answers 2xx gets its flag cleared and is enabled again. With
-// dryRun it only says what it would try: no refresh, since refresh tokens
-// are single-use, and no probe.
+// VerifyFlagged re-checks every flagged account: for one whose kind has
+// tokens to renew (ChatGPT) a token refresh, then (when it worked) a probe
+// of the upstream with the account's headers; for one with a long-lived
+// key (API key) the probe alone. An account whose probe answers 2xx gets
+// its flag cleared and is enabled again. With dryRun it only says what it
+// would try: no refresh, since refresh tokens are single-use, and no
+// probe.
 //
 // An error is returned only when the store cannot be read or written.
 func (c *Checkup) VerifyFlagged(ctx context.Context, dryRun bool) (VerifyResult, error) {
@@ -102,7 +100,7 @@ func (c *Checkup) VerifyFlagged(ctx context.Context, dryRun bool) (VerifyResult,
 		if dryRun {
 			rep.Result = VerifyWould
 			rep.Detail = "would send GET " + c.probeURL(&a) + " and restore the account on a 2xx answer"
-			if a.Kind == accounts.KindChatGPT {
+			if c.adapter(&a).Refreshes() {
 				rep.Detail = "would refresh its token, then " + rep.Detail
 			}
 			res.Reports = append(res.Reports, rep)
@@ -140,8 +138,8 @@ func (c *Checkup) VerifyFlagged(ctx context.Context, dryRun bool) (VerifyResult,
 	return res, nil
 }
 
-// verifyOne refreshes (ChatGPT) and probes one account, filling rep; it
-// reports whether the account works.
+// verifyOne refreshes (when its kind has tokens to renew) and probes one
+// account, filling rep; it reports whether the account works.
 func (c *Checkup) verifyOne(ctx context.Context, a *accounts.Account, rep *VerifyReport) bool {
 	if c.d.Secrets == nil {
 		rep.Detail = "no secrets backend: " + errText(c.secretsUnavailable())
@@ -155,7 +153,7 @@ func (c *Checkup) verifyOne(ctx context.Context, a *accounts.Account, rep *Verif
 		}
 		return false
 	}
-	if a.Kind == accounts.KindChatGPT {
+	if c.adapter(a).Refreshes() {
 		if c.d.Refresher == nil {
 			rep.Detail = "no token refresher configured"
 			return false
@@ -201,10 +199,7 @@ func (c *Checkup) verifyOne(ctx context.Context, a *accounts.Account, rep *Verif
 // adapter sends and returns the status and, for
 // an error, the upstream's message. The secret goes only into headers.
 func (c *Checkup) probe(ctx context.Context, a *accounts.Account, sec secrets.Secret) (int, string, error) {
-	if c.d.Prober == nil {
-		return 0, "", errors.New("no prober configured")
-	}
-	req, err := c.d.Prober.ProbeRequest(ctx, a, &sec)
+	req, err := c.adapter(a).ProbeRequest(ctx, a, &sec)
 	if err != nil {
 		return 0, "", fmt.Errorf("invalid base URL: %v", err)
 	}

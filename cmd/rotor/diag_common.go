@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -34,6 +32,8 @@ func (a *app) noArgs(fs *flag.FlagSet, args []string) error {
 func (a *app) checkup(dir string) *checkup.Checkup {
 	mode := a.getenv("ROTOR_SECRETS")
 	sec, secErr := secrets.Open(dir, mode, a.stderr)
+	adapters := proxy.NewAdapters(strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+		strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"))
 	d := checkup.Deps{
 		Dir:         dir,
 		Secrets:     sec,
@@ -41,21 +41,13 @@ func (a *app) checkup(dir string) *checkup.Checkup {
 		SecretsMode: mode,
 		Runtime:     rotation.NewRuntime(dir, a.clockOrSystem()),
 		HTTP:        a.client(),
-		Prober: kindProber{proxy.NewAdapters(strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
-			strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"))},
-		Clock: a.clockOrSystem(),
+		Adapters:    func(k accounts.Kind) checkup.Adapter { return adapters.For(k) },
+		Clock:       a.clockOrSystem(),
 	}
 	if sec != nil {
 		d.Refresher = newRefresher(a, dir, sec, nil)
 	}
 	return checkup.New(d)
-}
-
-// kindProber probes each account with its kind's adapter.
-type kindProber struct{ ad *proxy.Adapters }
-
-func (p kindProber) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
-	return p.ad.For(a.Kind).ProbeRequest(ctx, a, sec)
 }
 
 // diagExit1 makes a command exit 1 after it printed its own report.

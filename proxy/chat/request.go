@@ -103,45 +103,9 @@ func ToResponses(body []byte) ([]byte, error) {
 	out = append(out, `{"model":`...)
 	out = appendRaw(out, root.Get("model"), `""`)
 
-	var instr []byte
-	input := make([]byte, 0, len(body))
-	for i, m := range root.Get("messages").Array() {
-		var err error
-		switch role := m.Get("role").Str; role {
-		case "system", "developer":
-			if len(instr) > 0 {
-				instr = append(instr, "\n\n"...)
-			}
-			instr = append(instr, textOf(m.Get("content"))...)
-		case "user":
-			input, err = appendMessage(input, "user", "input_text", m.Get("content"), i)
-		case "assistant":
-			if c := m.Get("content"); c.Type != gjson.Null && c.Exists() && textOf(c) != "" {
-				input, err = appendMessage(input, "assistant", "output_text", c, i)
-			}
-			for _, tc := range m.Get("tool_calls").Array() {
-				input = appendSep(input)
-				input = append(input, `{"type":"function_call","call_id":`...)
-				input = appendRaw(input, tc.Get("id"), `""`)
-				input = append(input, `,"name":`...)
-				input = appendRaw(input, tc.Get("function.name"), `""`)
-				input = append(input, `,"arguments":`...)
-				input = appendRaw(input, tc.Get("function.arguments"), `"{}"`)
-				input = append(input, '}')
-			}
-		case "tool":
-			input = appendSep(input)
-			input = append(input, `{"type":"function_call_output","call_id":`...)
-			input = appendRaw(input, m.Get("tool_call_id"), `""`)
-			input = append(input, `,"output":`...)
-			input = appendString(input, textOf(m.Get("content")))
-			input = append(input, '}')
-		default:
-			err = fmt.Errorf("messages[%d]: role %q is not one of system, developer, user, assistant, tool", i, role)
-		}
-		if err != nil {
-			return nil, err
-		}
+	instr, input, err := splitMessages(root.Get("messages"), len(body))
+	if err != nil {
+		return nil, err
 	}
 	out = append(out, `,"instructions":`...)
 	out = appendString(out, string(instr))
@@ -149,38 +113,10 @@ func ToResponses(body []byte) ([]byte, error) {
 	out = append(out, input...)
 	out = append(out, ']')
 
-	if tools := root.Get("tools"); tools.IsArray() && len(tools.Array()) > 0 {
-		out = append(out, `,"tools":[`...)
-		for i, t := range tools.Array() {
-			if t.Get("type").Str != "function" {
-				return nil, fmt.Errorf("tools[%d]: only function tools can be served by a ChatGPT account", i)
-			}
-			if i > 0 {
-				out = append(out, ',')
-			}
-			fn := t.Get("function")
-			out = append(out, `{"type":"function","name":`...)
-			out = appendRaw(out, fn.Get("name"), `""`)
-			for _, k := range [...]string{"description", "parameters", "strict"} {
-				if v := fn.Get(k); v.Exists() && v.Type != gjson.Null {
-					out = append(out, `,"`+k+`":`...)
-					out = append(out, v.Raw...)
-				}
-			}
-			out = append(out, '}')
-		}
-		out = append(out, ']')
+	if out, err = appendTools(out, root.Get("tools")); err != nil {
+		return nil, err
 	}
-	if tc := root.Get("tool_choice"); tc.Exists() && tc.Type != gjson.Null {
-		out = append(out, `,"tool_choice":`...)
-		if name := tc.Get("function.name"); tc.IsObject() && name.Exists() {
-			out = append(out, `{"type":"function","name":`...)
-			out = append(out, name.Raw...)
-			out = append(out, '}')
-		} else {
-			out = append(out, tc.Raw...)
-		}
-	}
+	out = appendToolChoice(out, root.Get("tool_choice"))
 	for _, k := range [...]string{"parallel_tool_calls", "prompt_cache_key"} {
 		if v := root.Get(k); v.Exists() && v.Type != gjson.Null {
 			out = append(out, `,"`+k+`":`...)
@@ -198,6 +134,117 @@ func ToResponses(body []byte) ([]byte, error) {
 		out = append(out, `,"summary":"auto"}`...)
 	}
 	return append(out, `,"stream":true,"store":false}`...), nil
+}
+
+// splitMessages splits Chat Completions messages into what the Responses
+// API keeps apart: the instructions (the system and developer messages'
+// text, joined by a blank line) and the input items (the rest, in order,
+// without the brackets). size, the body's length, presizes input: the
+// items are mostly the messages' own bytes.
+func splitMessages(messages gjson.Result, size int) (instr, input []byte, err error) {
+	input = make([]byte, 0, size)
+	for i, m := range messages.Array() {
+		switch role := m.Get("role").Str; role {
+		case "system", "developer":
+			if len(instr) > 0 {
+				instr = append(instr, "\n\n"...)
+			}
+			instr = append(instr, textOf(m.Get("content"))...)
+		case "user":
+			input, err = appendMessage(input, "user", "input_text", m.Get("content"), i)
+		case "assistant":
+			input, err = appendAssistant(input, m, i)
+		case "tool":
+			input = appendToolOutput(input, m)
+		default:
+			err = fmt.Errorf("messages[%d]: role %q is not one of system, developer, user, assistant, tool", i, role)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return instr, input, nil
+}
+
+// appendAssistant appends assistant message i: its text, unless it has
+// none (a turn that only calls tools), then one function_call item per
+// tool call, since Responses keeps calls apart from messages.
+func appendAssistant(dst []byte, m gjson.Result, i int) ([]byte, error) {
+	if c := m.Get("content"); c.Type != gjson.Null && c.Exists() && textOf(c) != "" {
+		var err error
+		if dst, err = appendMessage(dst, "assistant", "output_text", c, i); err != nil {
+			return nil, err
+		}
+	}
+	for _, tc := range m.Get("tool_calls").Array() {
+		dst = appendSep(dst)
+		dst = append(dst, `{"type":"function_call","call_id":`...)
+		dst = appendRaw(dst, tc.Get("id"), `""`)
+		dst = append(dst, `,"name":`...)
+		dst = appendRaw(dst, tc.Get("function.name"), `""`)
+		dst = append(dst, `,"arguments":`...)
+		dst = appendRaw(dst, tc.Get("function.arguments"), `"{}"`)
+		dst = append(dst, '}')
+	}
+	return dst, nil
+}
+
+// appendToolOutput appends a tool message as a function_call_output item.
+// Its output is always a string: the Responses API takes no parts there.
+func appendToolOutput(dst []byte, m gjson.Result) []byte {
+	dst = appendSep(dst)
+	dst = append(dst, `{"type":"function_call_output","call_id":`...)
+	dst = appendRaw(dst, m.Get("tool_call_id"), `""`)
+	dst = append(dst, `,"output":`...)
+	dst = appendString(dst, textOf(m.Get("content")))
+	return append(dst, '}')
+}
+
+// appendTools appends "tools", flattened from Chat Completions'
+// {"type":"function","function":{...}} to Responses' {"type":"function",
+// "name":...}, when the client sent any. Only function tools have a
+// counterpart a ChatGPT account can serve; any other kind is an error for
+// the client, not something to drop silently.
+func appendTools(dst []byte, tools gjson.Result) ([]byte, error) {
+	if !tools.IsArray() || len(tools.Array()) == 0 {
+		return dst, nil
+	}
+	dst = append(dst, `,"tools":[`...)
+	for i, t := range tools.Array() {
+		if t.Get("type").Str != "function" {
+			return nil, fmt.Errorf("tools[%d]: only function tools can be served by a ChatGPT account", i)
+		}
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		fn := t.Get("function")
+		dst = append(dst, `{"type":"function","name":`...)
+		dst = appendRaw(dst, fn.Get("name"), `""`)
+		for _, k := range [...]string{"description", "parameters", "strict"} {
+			if v := fn.Get(k); v.Exists() && v.Type != gjson.Null {
+				dst = append(dst, `,"`+k+`":`...)
+				dst = append(dst, v.Raw...)
+			}
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, ']'), nil
+}
+
+// appendToolChoice appends "tool_choice" when the client set one. A named
+// function is flattened the way appendTools flattens tools; anything else
+// ("auto", "none", "required") means the same in both APIs and is copied.
+func appendToolChoice(dst []byte, tc gjson.Result) []byte {
+	if !tc.Exists() || tc.Type == gjson.Null {
+		return dst
+	}
+	dst = append(dst, `,"tool_choice":`...)
+	if name := tc.Get("function.name"); tc.IsObject() && name.Exists() {
+		dst = append(dst, `{"type":"function","name":`...)
+		dst = append(dst, name.Raw...)
+		return append(dst, '}')
+	}
+	return append(dst, tc.Raw...)
 }
 
 // appendMessage appends a message item of role whose text parts have

@@ -370,25 +370,35 @@ func (r *requestBody) afterToolResult() bool {
 	return items[len(items)-1].Type == "function_call_output"
 }
 
+// streaming reports whether the request asked for a stream ("stream":true).
+func (r *requestBody) streaming() bool { return r.Stream != nil && *r.Stream }
+
+// parseRequest reads the part of body the fake looks at. A body that is
+// not JSON reads as no model, no stream.
+func parseRequest(body []byte) requestBody {
+	var req requestBody
+	if len(body) > 0 {
+		_ = json.Unmarshal(body, &req)
+	}
+	return req
+}
+
+// answers names the success fixtures b serves for req: the Responses one
+// under testdata/sse/ and the Chat Completions one under testdata/chat/.
+func (b Behavior) answers(req *requestBody) (stream, chat string) {
+	if b.ToolRoundTrip && !req.afterToolResult() {
+		return toolCallStream, toolCallStream
+	}
+	return cmp.Or(b.Stream, defaultStream), cmp.Or(b.ChatStream, defaultStream)
+}
+
 // handle is the single entry point: record, authenticate, apply the token's
 // behaviour, then route.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.open.Add(1)
 	defer s.open.Add(-1)
 
-	// Reading the whole body also lets net/http start its background read,
-	// which is what cancels r.Context() when the client disconnects.
-	body, _ := io.ReadAll(r.Body)
-	token := bearer(r.Header.Get("Authorization"))
-	s.record(Recorded{
-		Method:   r.Method,
-		Path:     r.URL.Path,
-		RawQuery: r.URL.RawQuery,
-		Header:   r.Header.Clone(),
-		Body:     body,
-		Token:    token,
-	})
-
+	body, token := s.receive(r)
 	w.Header().Set("x-request-id", newRequestID())
 	if token == "" {
 		writeJSON(w, http.StatusUnauthorized, []byte(missingKeyBody))
@@ -403,11 +413,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if b.HeaderDelay > 0 && !s.hold(r.Context(), w, b.HeaderDelay) {
 		return
 	}
-	resetIn := b.ResetIn
-	if resetIn == 0 {
-		resetIn = defaultResetIn
-	}
-	fill := newFiller(time.Now(), resetIn)
+	fill := newFiller(time.Now(), cmp.Or(b.ResetIn, defaultResetIn))
 	for k, v := range b.Headers {
 		w.Header().Set(k, fill.string(v))
 	}
@@ -415,45 +421,50 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.serveError(w, b, fill)
 		return
 	}
+	s.route(w, r, b, parseRequest(body), fill)
+}
 
-	var req requestBody
-	if len(body) > 0 {
-		_ = json.Unmarshal(body, &req) // a body that is not JSON reads as no model, no stream
-	}
-	stream := req.Stream != nil && *req.Stream
-	streamName, chatName := cmp.Or(b.Stream, defaultStream), cmp.Or(b.ChatStream, defaultStream)
-	if b.ToolRoundTrip && !req.afterToolResult() {
-		streamName, chatName = toolCallStream, toolCallStream
-	}
+// receive reads r's body and records the request, whatever comes of it;
+// it returns the body and the bearer token ("" when there is none).
+func (s *Server) receive(r *http.Request) (body []byte, token string) {
+	// Reading the whole body also lets net/http start its background read,
+	// which is what cancels r.Context() when the client disconnects.
+	body, _ = io.ReadAll(r.Body)
+	token = bearer(r.Header.Get("Authorization"))
+	s.record(Recorded{
+		Method:   r.Method,
+		Path:     r.URL.Path,
+		RawQuery: r.URL.RawQuery,
+		Header:   r.Header.Clone(),
+		Body:     body,
+		Token:    token,
+	})
+	return body, token
+}
 
+// route answers a request whose behaviour is success, by method and path,
+// as the real upstreams would; an unknown path gets the 404 of the
+// upstream it falls under.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req requestBody, fill filler) {
+	streamName, chatName := b.answers(&req)
 	path := r.URL.Path
 	switch {
 	case r.Method == http.MethodPost && path == chatgptPrefix+"/codex/responses":
 		// The Codex backend only streams; anything else is refused the way it
 		// refuses it.
-		if !stream {
+		if !req.streaming() {
 			s.serveFixtureError(w, http.StatusBadRequest, "stream_required_400.json", fill)
 			return
 		}
 		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill)
 	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
-		if stream {
+		if req.streaming() {
 			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill)
 		} else {
 			s.serveAssembled(w, r, b, streamName, req.Model, fill)
 		}
 	case r.Method == http.MethodPost && path == openaiPrefix+"/chat/completions":
-		// api.openai.com's Chat Completions: recorded chunks, with the
-		// usage chunk only when the client asked for it, or one object.
-		base := strings.TrimSuffix(chatName, ".sse")
-		switch {
-		case stream && req.StreamOptions.IncludeUsage:
-			s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill)
-		case stream:
-			s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill)
-		default:
-			s.serveChatCompletion(w, r, b, "chat/"+base, req.Model, fill)
-		}
+		s.serveChat(w, r, b, &req, chatName, fill)
 	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
 		writeJSON(w, http.StatusOK, compactBody(time.Now()))
 	case r.Method == http.MethodGet && path == chatgptPrefix+"/codex/models":
@@ -465,6 +476,22 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
 	default:
 		writeJSON(w, http.StatusNotFound, invalidURLBody(r.Method, path))
+	}
+}
+
+// serveChat answers api.openai.com's Chat Completions from the fixture
+// name under testdata/chat/: its recorded chunks, with the usage chunk
+// only when the client asked for it, or one object when it did not ask
+// for a stream.
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, b Behavior, req *requestBody, name string, fill filler) {
+	base := strings.TrimSuffix(name, ".sse")
+	switch {
+	case req.streaming() && req.StreamOptions.IncludeUsage:
+		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill)
+	case req.streaming():
+		s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill)
+	default:
+		s.serveChatCompletion(w, r, b, "chat/"+base, req.Model, fill)
 	}
 }
 
