@@ -42,7 +42,7 @@ type Adapter interface {
 	setHeaders(h HeaderSetter, chatgptAccountID string, sec secrets.Secret)
 	// body is what the upstream gets for r, and how its answer becomes
 	// the client's; an error is the client's fault (400).
-	body(r *request) ([]byte, shape, error)
+	body(r *request) ([]byte, answerForm, error)
 	// refuses is the skip reason of an account of this kind for r, ""
 	// when it can serve it.
 	refuses(r *request) string

@@ -13,15 +13,15 @@ import (
 	"github.com/rotorproxy/rotor/proxy/chat"
 )
 
-// shape is how an upstream's answer becomes the client's.
-type shape int
+// answerForm is how an upstream's answer becomes the client's.
+type answerForm int
 
 const (
-	shapeAsIs           shape = iota // relayed byte for byte
-	shapeResponse                    // a Codex stream assembled into one Response object
-	shapeChatStream                  // a Codex stream translated to chat.completion.chunk events
-	shapeChatCompletion              // a Codex stream assembled into one chat.completion
-	shapeModelList                   // the Codex model catalog as OpenAI's model list
+	formAsIs           answerForm = iota // relayed byte for byte
+	formResponse                         // a Codex stream assembled into one Response object
+	formChatStream                       // a Codex stream translated to chat.completion.chunk events
+	formChatCompletion                   // a Codex stream assembled into one chat.completion
+	formModelList                        // the Codex model catalog as OpenAI's model list
 )
 
 // maxHeldBack bounds the bytes held back before the first output event.
@@ -81,13 +81,13 @@ type assembler interface {
 	Result() (body []byte, failure string)
 }
 
-// newAssembler is the assembler an answer of shape sh to r needs, nil
+// newAssembler is the assembler an answer of form sh to r needs, nil
 // when the answer is streamed to the client.
-func newAssembler(r *request, sh shape) assembler {
+func newAssembler(r *request, sh answerForm) assembler {
 	switch sh {
-	case shapeResponse:
+	case formResponse:
 		return &responseAssembler{}
-	case shapeChatCompletion:
+	case formChatCompletion:
 		return chat.NewCompletion(chatID(r.id), r.start.Unix(), r.model)
 	}
 	return nil

@@ -39,11 +39,11 @@ func (apiKeyAdapter) setHeaders(h HeaderSetter, _ string, sec secrets.Secret) {
 	h.Set("Authorization", "Bearer "+sec.APIKey)
 }
 
-func (apiKeyAdapter) body(r *request) ([]byte, shape, error) {
+func (apiKeyAdapter) body(r *request) ([]byte, answerForm, error) {
 	if r.op == opModels {
-		return nil, shapeAsIs, nil
+		return nil, formAsIs, nil
 	}
-	return r.body, shapeAsIs, nil
+	return r.body, formAsIs, nil
 }
 
 func (apiKeyAdapter) refuses(*request) string { return "" }

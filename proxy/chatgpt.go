@@ -79,39 +79,39 @@ const skipUnsupported = "unsupported-parameter"
 // body adapts r for the Codex backend once per request, whichever ChatGPT
 // account it goes to: Responses bodies for generic clients (chatgptBody),
 // Chat Completions translated to Responses.
-func (ad chatgptAdapter) body(r *request) ([]byte, shape, error) {
+func (ad chatgptAdapter) body(r *request) ([]byte, answerForm, error) {
 	switch {
 	case r.op == opModels:
 		if r.codexClient {
-			return nil, shapeAsIs, nil
+			return nil, formAsIs, nil
 		}
-		return nil, shapeModelList, nil
+		return nil, formModelList, nil
 	case r.encoded:
-		return r.body, shapeAsIs, nil
+		return r.body, formAsIs, nil
 	}
 	if e := &r.edited; !e.made {
-		e.body, e.shape, e.err = ad.edit(r)
+		e.body, e.answerForm, e.err = ad.edit(r)
 		e.made = true
 	}
-	return r.edited.body, r.edited.shape, r.edited.err
+	return r.edited.body, r.edited.answerForm, r.edited.err
 }
 
-func (chatgptAdapter) edit(r *request) ([]byte, shape, error) {
+func (chatgptAdapter) edit(r *request) ([]byte, answerForm, error) {
 	switch r.op {
 	case opResponses:
 		body, asm, err := chatgptBody(r.body, &r.scan)
 		if asm {
-			return body, shapeResponse, err
+			return body, formResponse, err
 		}
-		return body, shapeAsIs, err
+		return body, formAsIs, err
 	case opChat:
 		body, err := chat.ToResponses(r.body)
 		if !r.chat.Stream {
-			return body, shapeChatCompletion, err
+			return body, formChatCompletion, err
 		}
-		return body, shapeChatStream, err
+		return body, formChatStream, err
 	}
-	return r.body, shapeAsIs, nil
+	return r.body, formAsIs, nil
 }
 
 // DroppedForChatGPT are the request parameters the ChatGPT Codex backend

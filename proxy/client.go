@@ -191,8 +191,8 @@ func newEndpoints(clock rotation.Clock) *endpoints {
 	return &endpoints{clock: clock, down: map[string]*endpointDown{}, bases: map[string]string{}}
 }
 
-// of returns the endpoint of an upstream base URL, "scheme://host:port".
-func (e *endpoints) of(base string) string {
+// forBase returns the endpoint of an upstream base URL, "scheme://host:port".
+func (e *endpoints) forBase(base string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ep, ok := e.bases[base]; ok {
@@ -266,25 +266,25 @@ func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
 // classifyTransport reads an error of the upstream client (no response
-// came) into an outcome: rotor's own limits are outOverloaded (nobody's
+// came) into a verdict: rotor's own limits are verdictOverloaded (nobody's
 // fault), a failed connect, TLS handshake or a missing answer within the
-// response timeout is outUnreachable (the endpoint's), anything else, such
-// as a reset after the request was sent, is outNetworkError (the
+// response timeout is verdictUnreachable (the endpoint's), anything else, such
+// as a reset after the request was sent, is verdictNetworkError (the
 // account's answer broke).
-func classifyTransport(err error) outcome {
+func classifyTransport(err error) verdict {
 	var de *dialError
 	switch {
 	case errors.Is(err, errNoFreeConns):
-		return outOverloaded
+		return verdictOverloaded
 	case errors.As(err, &de):
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			return outOverloaded // rotor ran out of descriptors, not the network
+			return verdictOverloaded // rotor ran out of descriptors, not the network
 		}
-		return outUnreachable
+		return verdictUnreachable
 	case tlsFailure(err), errors.Is(err, errResponseTimeout):
-		return outUnreachable
+		return verdictUnreachable
 	}
-	return outNetworkError
+	return verdictNetworkError
 }
 
 func tlsFailure(err error) bool {

@@ -15,32 +15,32 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// outcome is what one upstream attempt came to: a row of SPEC §4's failover
+// verdict is what one upstream attempt came to: a row of SPEC §4's failover
 // table.
-type outcome int
+type verdict int
 
 const (
-	outOK outcome = iota
-	outUsageLimit
-	outEntitlement
-	outUnauthorized
-	outTokenInvalidated
-	outDeactivated
-	outBlocked
-	outServerError
-	outNetworkError
-	outUnreachable
-	outOverloaded
-	outClientError
-	outBadRequest
-	outCount
+	verdictOK verdict = iota
+	verdictUsageLimit
+	verdictEntitlement
+	verdictUnauthorized
+	verdictTokenInvalidated
+	verdictDeactivated
+	verdictBlocked
+	verdictServerError
+	verdictNetworkError
+	verdictUnreachable
+	verdictOverloaded
+	verdictClientError
+	verdictBadRequest
+	verdictCount
 )
 
-// rule is what the failover table says for an outcome: what the account
+// rule is what the failover table says for a verdict: what the account
 // gets (account, and a flag in accounts.json for a dead token or
 // workspace), whether the request moves on to the next account (rotate),
 // and otherwise what the client is told (respond). reason is the
-// pool-exhausted reason the outcome stands for.
+// pool-exhausted reason the verdict stands for.
 type rule struct {
 	name    string
 	reason  string
@@ -51,53 +51,53 @@ type rule struct {
 	respond func(index int, f *failure) rerr.Spec // index: the account's, as the user numbers it
 }
 
-// failover is SPEC §4's failover table, one row per outcome.
-var failover = [outCount]rule{
-	outOK:           {name: "ok", account: rotation.Served},
-	outUsageLimit:   {name: "usage-limit", reason: "rate-limit", account: rotation.Limited, rotate: true},
-	outEntitlement:  {name: "entitlement", reason: "entitlement", rotate: true},
-	outUnauthorized: {name: "auth-failure", reason: "auth-failure", account: rotation.AuthRejected, rotate: true},
-	outTokenInvalidated: {name: "token-invalidated", account: rotation.TokenRevoked, flag: accounts.FlagTokenInvalid,
+// failover is SPEC §4's failover table, one row per verdict.
+var failover = [verdictCount]rule{
+	verdictOK:           {name: "ok", account: rotation.Served},
+	verdictUsageLimit:   {name: "usage-limit", reason: "rate-limit", account: rotation.Limited, rotate: true},
+	verdictEntitlement:  {name: "entitlement", reason: "entitlement", rotate: true},
+	verdictUnauthorized: {name: "auth-failure", reason: "auth-failure", account: rotation.AuthRejected, rotate: true},
+	verdictTokenInvalidated: {name: "token-invalidated", account: rotation.TokenRevoked, flag: accounts.FlagTokenInvalid,
 		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.TokenInvalidated,
 				Message: fmt.Sprintf("the token of account %d was invalidated upstream; it is flagged and will not be used until you log in again (\"rotor login\" or \"rotor import codex\")", index),
 				Extra:   []rerr.Field{{Key: "account_index", Value: index}}}
 		}},
-	outDeactivated: {name: "deactivated", reason: "auth-failure", flag: accounts.FlagDeactivated, disable: true, rotate: true},
-	outBlocked: {name: "blocked",
+	verdictDeactivated: {name: "deactivated", reason: "auth-failure", flag: accounts.FlagDeactivated, disable: true, rotate: true},
+	verdictBlocked: {name: "blocked",
 		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.UpstreamBlocked,
 				Message: "the upstream answered with a challenge page (Cloudflare); this is not the account's fault: check your network, VPN or proxy",
 				Extra:   []rerr.Field{{Key: "upstream_status", Value: f.status}}}
 		}},
-	outServerError:  {name: "server-error", reason: "server-error", account: rotation.ServerFault, rotate: true},
-	outNetworkError: {name: "network-error", reason: "network-error", account: rotation.NetworkFault, rotate: true},
+	verdictServerError:  {name: "server-error", reason: "server-error", account: rotation.ServerFault, rotate: true},
+	verdictNetworkError: {name: "network-error", reason: "network-error", account: rotation.NetworkFault, rotate: true},
 	// The endpoint is marked down instead (forward): no account behind it
 	// is tried, and none is blamed.
-	outUnreachable: {name: "unreachable", reason: "network-error", rotate: true},
-	outOverloaded: {name: "overloaded",
+	verdictUnreachable: {name: "unreachable", reason: "network-error", rotate: true},
+	verdictOverloaded: {name: "overloaded",
 		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.ProxyOverloaded, RetryAfter: overloadedRetry,
 				Message: "rotor is at its own connection limit; no account is at fault, try again shortly",
 				Extra:   []rerr.Field{{Key: "retry_after_ms", Value: overloadedRetry.Milliseconds()}}}
 		}},
-	outClientError: {name: "client-error", account: rotation.Answered,
+	verdictClientError: {name: "client-error", account: rotation.Answered,
 		respond: func(index int, f *failure) rerr.Spec {
 			return upstreamSpec(f)
 		}},
 	// rotor could not make the body this account's kind takes: the
 	// client's request is at fault, not the account.
-	outBadRequest: {name: "bad-request",
+	verdictBadRequest: {name: "bad-request",
 		respond: func(index int, f *failure) rerr.Spec {
 			return rerr.Spec{Code: rerr.ProxyBadRequest, Message: f.message}
 		}},
 }
 
-// judge applies rule's "account gets" column to the account of ch. A 2xx
+// chargeAccount applies rule's "account gets" column to the account of ch. A 2xx
 // is judged when its answer ends (relay), not here.
-func (s *Server) judge(r *rule, ch *rotation.Choice, f *failure) {
+func (s *Server) chargeAccount(r *rule, ch *rotation.Choice, f *failure) {
 	if r.account != rotation.Served {
-		s.rt().Record(ch.Account.ID, r.account, f.status, f.resetAt)
+		s.runtime().Record(ch.Account.ID, r.account, f.status, f.resetAt)
 	}
 	if r.flag != "" {
 		s.flag(ch.Account.ID, r.flag, r.disable)
@@ -107,7 +107,7 @@ func (s *Server) judge(r *rule, ch *rotation.Choice, f *failure) {
 // overloadedRetry is the wait suggested when rotor's own limits are reached.
 const overloadedRetry = time.Second
 
-func (s *Server) rt() *rotation.Runtime { return s.deps.Selector.Runtime() }
+func (s *Server) runtime() *rotation.Runtime { return s.deps.Selector.Runtime() }
 
 // flag records a flag in accounts.json and installs the new pool at once,
 // so this process stops using the account before its watcher notices.
@@ -123,43 +123,43 @@ func (s *Server) flag(id, reason string, disable bool) {
 	s.deps.Selector.SetPool(p)
 }
 
-// classify reads an upstream answer into an outcome. body is at most the
+// classify reads an upstream answer into a verdict. body is at most the
 // first 64 KiB of a non-2xx body.
-func classify(status int, h *fasthttp.ResponseHeader, body []byte) outcome {
+func classify(status int, h *fasthttp.ResponseHeader, body []byte) verdict {
 	switch {
 	case status >= 200 && status < 300:
-		return outOK
+		return verdictOK
 	case status == 429:
-		return outUsageLimit
+		return verdictUsageLimit
 	case status == 404:
 		codes := errorCodes(body)
 		switch {
 		case containsAny(codes, "usage_limit", "rate_limit_exceeded"):
-			return outUsageLimit
+			return verdictUsageLimit
 		case containsAny(codes, "usage_not_included") ||
 			containsAny(strings.ToLower(string(body)), "not included in your plan", "subscription does not include"):
-			return outEntitlement
+			return verdictEntitlement
 		}
-		return outClientError
+		return verdictClientError
 	case status == 401:
 		if invalidated(body) {
-			return outTokenInvalidated
+			return verdictTokenInvalidated
 		}
-		return outUnauthorized
+		return verdictUnauthorized
 	case status == 402:
-		return outDeactivated
+		return verdictDeactivated
 	case status == 403:
 		if bytes.Equal(h.Peek("cf-mitigated"), []byte("challenge")) || htmlBody(h, body) {
-			return outBlocked
+			return verdictBlocked
 		}
 		if containsAny(strings.ToLower(string(body)), "deactivated") {
-			return outDeactivated
+			return verdictDeactivated
 		}
-		return outClientError
+		return verdictClientError
 	case status >= 500:
-		return outServerError
+		return verdictServerError
 	}
-	return outClientError
+	return verdictClientError
 }
 
 // errorCodes joins the fields upstreams put their error code in, lowercased.
@@ -192,11 +192,11 @@ func htmlBody(h *fasthttp.ResponseHeader, body []byte) bool {
 }
 
 // failedStreamOutcome classifies a stream that failed before any output.
-func failedStreamOutcome(code string) outcome {
+func failedStreamVerdict(code string) verdict {
 	if containsAny(code, "usage_limit", "rate_limit", "insufficient_quota") {
-		return outUsageLimit
+		return verdictUsageLimit
 	}
-	return outServerError // server_is_overloaded, slow_down and the like
+	return verdictServerError // server_is_overloaded, slow_down and the like
 }
 
 func containsAny(s string, subs ...string) bool {
@@ -287,4 +287,3 @@ func upstreamSpec(f *failure) rerr.Spec {
 		Extra:   extra,
 	}
 }
-

@@ -59,7 +59,7 @@ func (s *Server) forward(w responder, r *request) {
 		r.lastIndex = choice.Index
 		ans, f := s.attempt(r, &choice)
 		if f == nil {
-			r.outcomes = append(r.outcomes, outOK)
+			r.verdicts = append(r.verdicts, verdictOK)
 			sel.Bind(r.affinityKey, choice.Account.ID)
 			s.commit(w, r, &choice, ans)
 			return
@@ -81,7 +81,7 @@ func (s *Server) skip(r *request, a *accounts.Account) string {
 	if len(r.unreachable) == 0 && !s.endpoints.anyDown() {
 		return ""
 	}
-	ep := s.endpoints.of(ad.base(a.BaseURL))
+	ep := s.endpoints.forBase(ad.base(a.BaseURL))
 	if slices.Contains(r.unreachable, ep) || !r.probing && s.endpoints.isDown(ep) {
 		return rotation.CoolingDown(rotation.CooldownNetworkError)
 	}
@@ -92,13 +92,13 @@ func (s *Server) skip(r *request, a *accounts.Account) string {
 // reports whether the loop tries another account; when it does not, the
 // request has been answered.
 func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *failure) bool {
-	r.outcomes = append(r.outcomes, f.out)
-	row := &failover[f.out]
+	r.verdicts = append(r.verdicts, f.verdict)
+	row := &failover[f.verdict]
 	gone := w.gone()
 	if !gone {
-		s.judge(row, ch, f)
+		s.chargeAccount(row, ch, f)
 	}
-	if f.out == outUnreachable {
+	if f.verdict == verdictUnreachable {
 		if !gone {
 			s.endpoints.markDown(f.endpoint, f.err)
 		}
@@ -126,17 +126,17 @@ func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *fai
 
 // answer is an upstream's successful answer, settled: ready to commit.
 type answer struct {
-	resp      *fasthttp.Response // the caller owns it
-	shape     shape
-	pending   []byte // stream bytes already read, to send first
-	assembled []byte // the one object built from a whole stream
-	ended     bool   // pending holds the whole stream
+	resp       *fasthttp.Response // the caller owns it
+	answerForm answerForm
+	pending    []byte // stream bytes already read, to send first
+	assembled  []byte // the one object built from a whole stream
+	ended      bool   // pending holds the whole stream
 }
 
 // failure is an attempt that brought no answer: the failover row it
 // falls in (out) and what the row needs to know.
 type failure struct {
-	out        outcome
+	verdict    verdict
 	status     int
 	err        error
 	body       []byte // a non-2xx answer's first errBodyMax bytes, redacted
@@ -152,10 +152,10 @@ type failure struct {
 func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 	a := &ch.Account
 	ad := s.adapters.For(a.Kind)
-	sec, err := s.secrets.get(a.ID, s.rt().TokensAt(a.ID))
+	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
 	if err != nil {
 		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
-		return nil, &failure{out: outUnauthorized, status: 401, err: err}
+		return nil, &failure{verdict: verdictUnauthorized, status: 401, err: err}
 	}
 	refresh := ad.Refreshes() && s.deps.Refresher != nil
 	refreshed := false
@@ -166,7 +166,7 @@ func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 		}
 	}
 	ans, f := s.send(r, ad, a, &sec)
-	if f != nil && f.out == outUnauthorized && refresh && !refreshed {
+	if f != nil && f.verdict == verdictUnauthorized && refresh && !refreshed {
 		if fresh, ok := s.refresh(r, ch, sec); ok {
 			ans, f = s.send(r, ad, a, &fresh)
 		}
@@ -186,17 +186,17 @@ func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) 
 		return secrets.Secret{}, false
 	}
 	s.secrets.put(ch.Account.ID, fresh)
-	s.rt().TokensChanged(ch.Account.ID)
+	s.runtime().TokensChanged(ch.Account.ID)
 	return fresh, true
 }
 
 // send makes one upstream request through ad and classifies the answer.
 func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*answer, *failure) {
 	base := ad.base(a.BaseURL)
-	endpoint := s.endpoints.of(base)
+	endpoint := s.endpoints.forBase(base)
 	body, sh, err := ad.body(r)
 	if err != nil {
-		return nil, &failure{out: outBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
+		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -210,34 +210,34 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	resp := fasthttp.AcquireResponse()
 	if err := s.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, &failure{out: classifyTransport(err), err: err, endpoint: endpoint}
+		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}
 	}
 	s.endpoints.markUp(endpoint)
 	status := resp.StatusCode()
 	now := s.deps.Clock.Now()
 	if q := parseQuota(now, &resp.Header); q != nil {
-		s.rt().SetQuota(a.ID, *q)
+		s.runtime().SetQuota(a.ID, *q)
 	}
 	if status >= 200 && status < 300 {
-		return s.settle(r, resp, sh)
+		return s.readStart(r, resp, sh)
 	}
 	f := &failure{status: status, endpoint: endpoint, upstreamID: string(resp.Header.Peek("x-request-id")),
 		body: redact(readErrorBody(resp), sec)}
-	f.out = classify(status, &resp.Header, f.body)
-	if f.out == outUsageLimit {
+	f.verdict = classify(status, &resp.Header, f.body)
+	if f.verdict == verdictUsageLimit {
 		f.resetAt = resetTime(now, &resp.Header, f.body)
 	}
 	fasthttp.ReleaseResponse(resp)
 	return nil, f
 }
 
-// settle reads the start of a successful answer before anything is sent:
+// readStart reads the start of a successful answer before anything is sent:
 // all of it when the client wants one object made from it, else a
 // stream's first output event. A stream that fails before any output is
 // a failed attempt, so the loop can still try another account.
-func (s *Server) settle(r *request, resp *fasthttp.Response, sh shape) (*answer, *failure) {
-	ans := &answer{resp: resp, shape: sh}
-	if sh == shapeModelList {
+func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (*answer, *failure) {
+	ans := &answer{resp: resp, answerForm: sh}
+	if sh == formModelList {
 		// Bounded like an error body: a catalog is small.
 		ans.assembled = modelList(readErrorBody(resp), s.deps.Clock.Now())
 		return ans, nil
@@ -264,9 +264,9 @@ func (s *Server) settle(r *request, resp *fasthttp.Response, sh shape) (*answer,
 	closeStream(resp, errCut)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
-		return nil, &failure{out: outNetworkError, status: 200, err: err}
+		return nil, &failure{verdict: verdictNetworkError, status: 200, err: err}
 	}
-	return nil, &failure{out: failedStreamOutcome(fail), status: 200, body: []byte(`{"error":{"code":"` + fail + `"}}`)}
+	return nil, &failure{verdict: failedStreamVerdict(fail), status: 200, body: []byte(`{"error":{"code":"` + fail + `"}}`)}
 }
 
 // ending is how a request ended, for its usage record and log line.

@@ -102,4 +102,3 @@ func redact(body []byte, sec *secrets.Secret) []byte {
 	}
 	return body
 }
-

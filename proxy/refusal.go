@@ -20,7 +20,7 @@ func (s *Server) exhausted(w responder, r *request, ref *rotation.Refusal) {
 		s.refuse(w, r, rerr.Spec{Code: rerr.UnsupportedParameter,
 			Message: fmt.Sprintf("%q cannot be served by a ChatGPT account and no API-key account can serve now; add one with \"rotor add-key\" or drop the parameter", r.chat.Unsupported),
 			Extra:   []rerr.Field{{Key: "param", Value: r.chat.Unsupported}}}, nil)
-	case len(r.outcomes) > 0 && allEntitlement(r.outcomes):
+	case len(r.verdicts) > 0 && allEntitlement(r.verdicts):
 		s.refuse(w, r, rerr.Spec{Code: rerr.EntitlementError,
 			Message: "no account in the pool has access to this (the upstream said it is not included in the plan)",
 			Extra:   []rerr.Field{{Key: "upstream_status", Value: 404}}}, nil)
@@ -84,7 +84,7 @@ func pinnedSpec(ref *rotation.Refusal, skips map[string]string) rerr.Spec {
 // poolExhausted answers with SPEC §4's pool-exhausted payload.
 func (s *Server) poolExhausted(w responder, r *request, ref *rotation.Refusal) {
 	now := s.deps.Clock.Now()
-	reason := exhaustionReason(r.outcomes, ref)
+	reason := exhaustionReason(r.verdicts, ref)
 	retryAfter, left := ref.RetryAfter, untried(ref)
 	if left {
 		// Only this request's attempt budget (--max-attempts) is spent: an
@@ -143,9 +143,9 @@ func rateLimited(spec *rerr.Spec, ref *rotation.Refusal, now time.Time, untried 
 	return headers
 }
 
-func allEntitlement(outs []outcome) bool {
+func allEntitlement(outs []verdict) bool {
 	for _, o := range outs {
-		if o != outEntitlement {
+		if o != verdictEntitlement {
 			return false
 		}
 	}
@@ -155,7 +155,7 @@ func allEntitlement(outs []outcome) bool {
 // exhaustionReason names why the pool is exhausted: rate-limit when every
 // live account waits for a usage-limit reset, else the last failure this
 // request met, else what most skipped accounts are waiting for.
-func exhaustionReason(outs []outcome, ref *rotation.Refusal) string {
+func exhaustionReason(outs []verdict, ref *rotation.Refusal) string {
 	if ref.AllRateLimited && !ref.ResetAt.IsZero() {
 		return "rate-limit"
 	}
@@ -192,7 +192,7 @@ var skipToReason = map[string]string{
 // byte, in SPEC §4's error shape.
 func streamError(rid, code, message string) []byte {
 	status := 500
-	if failedStreamOutcome(code) == outUsageLimit {
+	if failedStreamVerdict(code) == verdictUsageLimit {
 		status = 429
 	}
 	return rerr.Build(rerr.Spec{Code: code, Status: status, Message: message, RequestID: rid}).Body

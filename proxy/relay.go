@@ -78,7 +78,7 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 	}
 	rl.isJSON = rl.assembled || bytes.HasPrefix(resp.Header.ContentType(), []byte("application/json"))
 	rl.scan.onEvent = rl.onEvent
-	if ans.shape == shapeChatStream && !rl.assembled {
+	if ans.answerForm == formChatStream && !rl.assembled {
 		rl.chat = chat.NewStream(chatID(r.id), r.start.Unix(), r.model, r.chat.IncludeUsage,
 			func(code, message string) []byte { return streamError(r.id, code, message) })
 		n = -1
@@ -180,7 +180,7 @@ func (rl *relay) onEvent(e event) {
 		rl.failure = f
 	}
 	if q := e.quota(rl.s.deps.Clock.Now()); q != nil {
-		rl.s.rt().SetQuota(rl.choice.Account.ID, *q)
+		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
 }
 
@@ -190,7 +190,7 @@ func (rl *relay) onEvent(e event) {
 // connection unless the stream ended cleanly) and finishes the request.
 func (rl *relay) CloseWithError(wErr error) error {
 	complete := errors.Is(rl.err, io.EOF)
-	rt, id := rl.s.rt(), rl.choice.Account.ID
+	rt, id := rl.s.runtime(), rl.choice.Account.ID
 	e := ending{status: rl.status, choice: &rl.choice, ttfb: rl.ttfb}
 	switch {
 	case complete:

@@ -37,10 +37,10 @@ type request struct {
 	// edited is the body as an adapter that edits bodies made it, once
 	// per request (chatgptAdapter.body).
 	edited struct {
-		made  bool
-		body  []byte
-		shape shape
-		err   error
+		made       bool
+		body       []byte
+		answerForm answerForm
+		err        error
 	}
 
 	// The loop's progress: accounts attempted (ids) and what each
@@ -48,7 +48,7 @@ type request struct {
 	// the endpoints that could not be reached, behind which no other
 	// account is tried unless probing lets one attempt through.
 	attempted   []string
-	outcomes    []outcome
+	verdicts    []verdict
 	lastIndex   int
 	unreachable []string
 	probing     bool
