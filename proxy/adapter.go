@@ -63,8 +63,8 @@ type Adapters struct {
 // bases; empty ones default as in Config.
 func NewAdapters(chatgptBase, openaiBase string) *Adapters {
 	return &Adapters{byKind: map[accounts.Kind]Adapter{
-		accounts.KindChatGPT: chatgptAdapter{configBase: cmp.Or(chatgptBase, DefaultChatGPTBase)},
-		accounts.KindAPIKey:  apiKeyAdapter{configBase: cmp.Or(openaiBase, DefaultOpenAIBase)},
+		accounts.KindChatGPT: chatgptAdapter{upstream{cmp.Or(chatgptBase, DefaultChatGPTBase)}},
+		accounts.KindAPIKey:  apiKeyAdapter{upstream{cmp.Or(openaiBase, DefaultOpenAIBase)}},
 	}}
 }
 
@@ -76,6 +76,12 @@ func (as *Adapters) For(k accounts.Kind) Adapter {
 	}
 	return as.byKind[accounts.KindAPIKey]
 }
+
+// upstream is a kind's configured upstream base, which an account's own
+// base_url overrides; adapters embed it.
+type upstream struct{ configBase string }
+
+func (u upstream) base(accountBase string) string { return cmp.Or(accountBase, u.configBase) }
 
 // upstreamURL joins base, path and the query a request carries on.
 func upstreamURL(base, path string, query []byte) string {

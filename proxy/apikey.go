@@ -11,7 +11,7 @@ import (
 // apiKeyAdapter serves API-key accounts: OpenAI's API, or any base_url
 // that speaks it. The client's body goes as it came, and the answer comes
 // back as it is.
-type apiKeyAdapter struct{ configBase string }
+type apiKeyAdapter struct{ upstream }
 
 // apiKeyPaths are the OpenAI API's paths, by op.
 var apiKeyPaths = [opCount]string{opResponses: "/responses", opCompact: "/responses/compact",
@@ -22,13 +22,6 @@ func (apiKeyAdapter) AddCommand() string { return `"rotor add-key"` }
 
 func (ad apiKeyAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), apiKeyPaths[opModels], nil), a, sec)
-}
-
-func (ad apiKeyAdapter) base(accountBase string) string {
-	if accountBase != "" {
-		return accountBase
-	}
-	return ad.configBase
 }
 
 func (apiKeyAdapter) url(base string, r *request) string {

@@ -20,7 +20,7 @@ import (
 // §4, §5): it only streams, does not store, rejects a few parameters
 // generic clients send, and speaks Responses only, so Chat Completions are
 // translated (SPEC §7) and a non-streaming client's answer is assembled.
-type chatgptAdapter struct{ configBase string }
+type chatgptAdapter struct{ upstream }
 
 // chatgptPaths are the Codex backend's paths, by op.
 var chatgptPaths = [opCount]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact",
@@ -35,13 +35,6 @@ func (chatgptAdapter) AddCommand() string { return `"rotor login" or "rotor impo
 
 func (ad chatgptAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), chatgptPaths[opModels], nil), a, sec)
-}
-
-func (ad chatgptAdapter) base(accountBase string) string {
-	if accountBase != "" {
-		return accountBase
-	}
-	return ad.configBase
 }
 
 func (chatgptAdapter) url(base string, r *request) string {
