@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 // An endpoint is where an upstream base lives: scheme, host and port. When
@@ -20,7 +20,7 @@ import (
 // the accounts behind it (SPEC §4's connect-error row), so the fault is
 // recorded here and no account is marked.
 type endpoints struct {
-	clock rotation.Clock
+	clock clock.Clock
 	nDown atomic.Int32 // fast path: most of the time nothing is down
 
 	mu    sync.Mutex
@@ -43,7 +43,7 @@ const (
 	maxBases           = 1024
 )
 
-func newEndpoints(clock rotation.Clock) *endpoints {
+func newEndpoints(clock clock.Clock) *endpoints {
 	return &endpoints{clock: clock, down: map[string]*endpointDown{}, bases: map[string]string{}}
 }
 

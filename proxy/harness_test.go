@@ -14,10 +14,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 const testKey = "test-client-key-0123456789abcdef0123456789"
@@ -40,7 +40,7 @@ type env struct {
 	base  string // http://127.0.0.1:P
 	pool  *accounts.Pool
 	usage *rotation.UsageLog
-	ticks *rotationtest.Clock // ticks the watcher by hand; nil when the test brought its own clock
+	ticks *clocktest.Fake // ticks the watcher by hand; nil when the test brought its own clock
 }
 
 // tick makes e's watcher look at the home once, as one WatchInterval
@@ -123,9 +123,9 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 // selector and usage log. It is shut down when the test ends.
 func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
-	var ticks *rotationtest.Clock
+	var ticks *clocktest.Fake
 	if pc.clock == nil {
-		ticks = rotationtest.Real()
+		ticks = clocktest.Real()
 		pc.clock = ticks
 	}
 	st, err := accounts.Open(dir)

@@ -4,6 +4,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -22,7 +23,7 @@ type Home struct {
 // spreads parallel proxies, SPEC §4) and opens the usage log. stateErr
 // reports a state.json that could not be read: advisory, the proxy starts
 // with fresh state and says so.
-func OpenHome(st *accounts.Store, clock rotation.Clock, seed uint64) (h *Home, stateErr, err error) {
+func OpenHome(st *accounts.Store, clock clock.Clock, seed uint64) (h *Home, stateErr, err error) {
 	pool, err := st.Load()
 	if err != nil {
 		return nil, nil, err
@@ -40,6 +41,6 @@ func OpenHome(st *accounts.Store, clock rotation.Clock, seed uint64) (h *Home, s
 
 // Deps are a proxy's dependencies on h; the caller adds the refresher and
 // the dashboard, which need more than the home.
-func (h *Home) Deps(sec SecretSource, clock rotation.Clock, log zerolog.Logger) Deps {
+func (h *Home) Deps(sec SecretSource, clock clock.Clock, log zerolog.Logger) Deps {
 	return Deps{Selector: h.Selector, Secrets: sec, Flagger: h.Store, Usage: h.Usage, Clock: clock, Log: log}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
@@ -137,7 +138,7 @@ type Deps struct {
 	Refresher Refresher // may be nil: a 401 then only cools the account down
 	Flagger   Flagger   // may be nil in tests
 	Usage     UsageSink // may be nil
-	Clock     rotation.Clock
+	Clock     clock.Clock
 	Log       zerolog.Logger
 	// Pages serves the dashboard (SPEC §8); nil serves none.
 	Pages Pages
@@ -170,7 +171,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, rerr.Validation("client_key", "the client key must be at least 32 characters")
 	}
 	if deps.Clock == nil {
-		deps.Clock = rotation.SystemClock{}
+		deps.Clock = clock.System{}
 	}
 	s := &Server{
 		cfg:       cfg,

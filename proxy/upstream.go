@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
@@ -510,7 +511,7 @@ func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 // changed the account's tokens, or after a 401.
 type secretCache struct {
 	src   SecretSource
-	clock rotation.Clock // the one changedAt is told by
+	clock clock.Clock // the one changedAt is told by
 	mu    sync.Mutex
 	m     map[string]cachedSecret
 }
@@ -520,7 +521,7 @@ type cachedSecret struct {
 	at  time.Time
 }
 
-func newSecretCache(src SecretSource, clock rotation.Clock) *secretCache {
+func newSecretCache(src SecretSource, clock clock.Clock) *secretCache {
 	return &secretCache{src: src, clock: clock, m: make(map[string]cachedSecret)}
 }
 

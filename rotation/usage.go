@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 )
 
@@ -144,8 +145,8 @@ type UsageOptions struct {
 	// process rotated the file under its O_APPEND descriptor.
 	CheckEvery    int
 	CheckInterval time.Duration
-	// Clock times CheckInterval (default SystemClock).
-	Clock Clock
+	// Clock times CheckInterval (default clock.System).
+	Clock clock.Clock
 	// FlushAfter bounds how long an appended record waits in memory
 	// before it is written (default DefaultUsageFlushAfter). It is a real
 	// wait, so it runs on the system's timers, not on Clock.
@@ -198,7 +199,7 @@ func OpenUsageLogWith(dir string, opt UsageOptions) (*UsageLog, error) {
 		opt.MaxBytes = DefaultUsageMaxBytes
 	}
 	if opt.Clock == nil {
-		opt.Clock = SystemClock{}
+		opt.Clock = clock.System{}
 	}
 	if opt.CheckEvery <= 0 {
 		opt.CheckEvery = DefaultUsageCheckEvery

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -73,7 +74,7 @@ type Deps struct {
 	// then refreshed but not probed, and stay flagged.
 	Prober Prober
 	// Clock tells the time: rotor's one clock (default: the system's).
-	Clock Clock
+	Clock clock.Clock
 	// Alive reports whether process pid runs (default: signal 0).
 	Alive func(pid int) bool
 	// Time limits; zero takes the Default* values.
@@ -105,13 +106,6 @@ type Prober interface {
 	ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error)
 }
 
-// Clock is the part of rotor's clock (rotation.Clock) a checkup reads.
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // Checkup diagnoses and repairs one rotor home.
 type Checkup struct {
 	d Deps
@@ -123,7 +117,7 @@ func New(d Deps) *Checkup {
 		d.HTTP = &http.Client{}
 	}
 	if d.Clock == nil {
-		d.Clock = systemClock{}
+		d.Clock = clock.System{}
 	}
 	if d.Alive == nil {
 		d.Alive = home.ProcessAlive

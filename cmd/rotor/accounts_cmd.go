@@ -345,7 +345,7 @@ func cmdList(a *app, args []string) error {
 			pin = "*"
 		}
 		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r)), r.Account.Label,
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r, now)), r.Account.Label,
 			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), pal.window(p, now), pal.window(s, now))
 	}
 	tw.Flush()
@@ -355,14 +355,15 @@ func cmdList(a *app, args []string) error {
 	return nil
 }
 
-// stateText is an account's state with its reason and how long it lasts.
-func stateText(r rotation.AccountStatus) string {
+// stateText is an account's state with its reason and how long, from now,
+// it lasts.
+func stateText(r rotation.AccountStatus, now time.Time) string {
 	s := r.State
 	if r.State == rotation.SkipFlagged && r.Reason != "" {
 		s += ":" + r.Reason
 	}
 	if !r.Until.IsZero() {
-		s += " for " + accounts.HumanDuration(time.Until(r.Until))
+		s += " for " + accounts.HumanDuration(r.Until.Sub(now))
 	}
 	return s
 }

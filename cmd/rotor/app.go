@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -45,20 +46,20 @@ type app struct {
 
 	name string // the command being run, as typed
 
-	// clock is the time every command decides by (rotation.SystemClock
-	// unless a test injects one); httpClient sends what the diagnostics
-	// send. With the streams above, app is the factory every command gets
-	// its dependencies from, as gh's cmdutil.Factory is.
-	clock      rotation.Clock
+	// clock is the time every command decides by (clock.System unless
+	// a test injects one); httpClient sends what the diagnostics send.
+	// With the streams above, app is the factory every command gets its
+	// dependencies from, as gh's cmdutil.Factory is.
+	clock      clock.Clock
 	httpClient *http.Client
 }
 
 // now is the app clock's present.
 func (a *app) now() time.Time { return a.clockOrSystem().Now() }
 
-func (a *app) clockOrSystem() rotation.Clock {
+func (a *app) clockOrSystem() clock.Clock {
 	if a.clock == nil {
-		return rotation.SystemClock{}
+		return clock.System{}
 	}
 	return a.clock
 }
@@ -214,7 +215,7 @@ func (a *app) storeAndSecrets() (*accounts.Store, secrets.Store, error) {
 // command that only reads them needs.
 func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Selector, error) {
 	rt := rotation.NewRuntime(st.Dir(), a.clockOrSystem())
-	sel := rotation.NewSelector(rt, a.clockOrSystem(), uint64(time.Now().UnixNano()))
+	sel := rotation.NewSelector(rt, a.clockOrSystem(), uint64(a.now().UnixNano()))
 	sel.SetPool(pool)
 	if err := rt.Sync(nil); err != nil {
 		if !errors.Is(err, rotation.ErrDamagedState) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
@@ -100,7 +101,7 @@ func TestDiagForecastCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
 	p := h.prep.Write(hometest.APIKey("work", "sk-1"), hometest.APIKey("limited", "sk-2"), hometest.Account{Kind: accounts.KindAPIKey, Label: "off", Enabled: false})
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.dir, clock.System{})
 	rt.RateLimited(p.Accounts[1].ID, time.Now().Add(10*time.Minute))
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func cmdRotation(a *app, args []string) error {
 	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\t%s\t%s\tLAST USED\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	for _, r := range rows {
 		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r)), r.Account.Label, r.Health,
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r, now)), r.Account.Label, r.Health,
 			pal.window(p, now), pal.window(s, now), ago(r.LastUsed, now))
 	}
 	return tw.Flush()

@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -47,7 +48,7 @@ type Config struct {
 	Pool      Pool
 	Store     Store
 	Usage     *Usage
-	Clock     rotation.Clock
+	Clock     clock.Clock
 	Log       zerolog.Logger
 	// Tick is how often an open page's stream looks for news (default 1s).
 	Tick time.Duration
@@ -71,7 +72,7 @@ func New(cfg Config) *Dashboard {
 		cfg.Tick = time.Second
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = rotation.SystemClock{}
+		cfg.Clock = clock.System{}
 	}
 	return &Dashboard{cfg: cfg, streams: make(chan struct{}, maxStreams)}
 }
