@@ -21,6 +21,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // op is what a client asked for; each upstream adapter maps it to a URL.
@@ -274,7 +275,7 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, rid string, spec rerr.Spec, c *c
 	now := s.deps.Clock.Now()
 	if c != nil && s.deps.Usage != nil {
 		// Failed requests count too: "rotor report" shows errors by code.
-		rec := rotation.Usage{Time: now.UTC(), RequestID: rid, Model: c.model,
+		rec := usage.Record{Time: now.UTC(), RequestID: rid, Model: c.model,
 			Status: r.Status, Code: spec.Code, DurMS: now.Sub(c.start).Milliseconds()}
 		if n := len(c.attempted); n > 0 {
 			rec.AccountID = c.attempted[n-1]
@@ -468,7 +469,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, rid string, o op, body []byte
 
 // clientLeft records a request whose client went away before its answer.
 func (s *Server) clientLeft(c *call) {
-	rec := rotation.Usage{Time: s.deps.Clock.Now().UTC(), RequestID: c.rid, Model: c.model,
+	rec := usage.Record{Time: s.deps.Clock.Now().UTC(), RequestID: c.rid, Model: c.model,
 		Status: statusClientClosed, Code: codeClientClosed, DurMS: s.deps.Clock.Now().Sub(c.start).Milliseconds()}
 	if n := len(c.attempted); n > 0 {
 		rec.AccountID = c.attempted[n-1]

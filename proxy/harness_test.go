@@ -18,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 const testKey = "test-client-key-0123456789abcdef0123456789"
@@ -39,7 +40,7 @@ type env struct {
 	srv   *Server
 	base  string // http://127.0.0.1:P
 	pool  *accounts.Pool
-	usage *rotation.UsageLog
+	usage *usage.Log
 	ticks *clocktest.Fake // ticks the watcher by hand; nil when the test brought its own clock
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // Home is what a proxy needs from one ROTOR_HOME, opened the way every
@@ -16,7 +17,7 @@ type Home struct {
 	Store    *accounts.Store
 	Pool     *accounts.Pool
 	Selector *rotation.Selector
-	Usage    *rotation.UsageLog
+	Usage    *usage.Log
 }
 
 // OpenHome loads st's pool, sets up the runtime state on clock (seed
@@ -32,7 +33,7 @@ func OpenHome(st *accounts.Store, clock clock.Clock, seed uint64) (h *Home, stat
 	sel := rotation.NewSelector(rt, clock, seed)
 	sel.SetPool(pool)
 	stateErr = rt.Sync(nil)
-	usage, err := rotation.OpenUsageLogWith(st.Dir(), rotation.UsageOptions{Clock: clock})
+	usage, err := usage.OpenWith(st.Dir(), usage.Options{Clock: clock})
 	if err != nil {
 		return nil, stateErr, err
 	}

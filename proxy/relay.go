@@ -14,6 +14,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // relay is the body of a successful answer: fasthttp's server reads it and
@@ -38,7 +39,7 @@ type relay struct {
 	scan    sseScanner
 	json    []byte // a non-stream JSON answer, kept (bounded) to read its usage
 	isJSON  bool
-	tokens  *rotation.Tokens
+	tokens  *usage.Tokens
 	failure string // code of a response.failed event
 
 	// Chat Completions on a ChatGPT account: the Codex events are
@@ -269,11 +270,11 @@ var usageNames = [...]struct{ responses, chat, inner string }{
 
 // usageOf reads a usage object in either API's names, in one pass; the
 // Responses name wins over the Chat Completions one.
-func usageOf(u gjson.Result) *rotation.Tokens {
+func usageOf(u gjson.Result) *usage.Tokens {
 	if !u.IsObject() {
 		return nil
 	}
-	var t rotation.Tokens
+	var t usage.Tokens
 	fields := [len(usageNames)]*int64{&t.Input, &t.Cached, &t.Output, &t.Reasoning, &t.Total}
 	var responses [len(usageNames)]bool // the field came under the Responses name
 	u.ForEach(func(k, v gjson.Result) bool {
@@ -330,7 +331,7 @@ func (r *relay) CloseWithError(wErr error) error {
 	now := r.s.deps.Clock.Now()
 	dur := now.Sub(r.start)
 	if r.s.deps.Usage != nil {
-		r.s.deps.Usage.Append(rotation.Usage{
+		r.s.deps.Usage.Append(usage.Record{
 			Time: now.UTC(), RequestID: r.rid, AccountID: id, Model: r.model,
 			Status: status, Code: code, Tokens: r.tokens, TTFBMS: r.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
 		})

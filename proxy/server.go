@@ -24,6 +24,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // Defaults of SPEC §4.
@@ -128,7 +129,7 @@ type Flagger interface {
 
 // UsageSink receives one record per finished request.
 type UsageSink interface {
-	Append(rec rotation.Usage)
+	Append(rec usage.Record)
 }
 
 // Deps are the proxy's collaborators.

@@ -28,6 +28,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // proxyOptions are the flags serve and exec share.
@@ -95,7 +96,7 @@ type running struct {
 	cancel  context.CancelFunc
 	watched sync.WaitGroup
 	served  chan error
-	usage   *rotation.UsageLog
+	usage   *usage.Log
 	once    sync.Once
 	err     error
 }
@@ -133,11 +134,11 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if stateErr != nil {
 		log.Warn().Err(stateErr).Msg("cannot read shared state; starting fresh")
 	}
-	pool, sel, usage := h.Pool, h.Selector, h.Usage
+	pool, sel, usageLog := h.Pool, h.Selector, h.Usage
 	if o.account != "" {
 		i, err := pool.Resolve(o.account)
 		if err != nil {
-			usage.Close()
+			usageLog.Close()
 			return nil, err
 		}
 		sel.SetProcessPin(pool.At(i).ID)
@@ -148,7 +149,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		return err
 	})
 	deps.Pages = dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
-		Usage: dashboard.NewUsage(rotation.NewUsageTail(st.Dir()), 2*time.Second)})
+		Usage: dashboard.NewUsage(usage.NewTail(st.Dir()), 2*time.Second)})
 	srv, err := proxy.New(proxy.Config{
 		ClientKey:       key,
 		MaxBody:         o.maxBody,
@@ -159,12 +160,12 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
 	}, deps)
 	if err != nil {
-		usage.Close()
+		usageLog.Close()
 		return nil, err
 	}
 	ln, err := proxy.Listen(o.host, o.port)
 	if err != nil {
-		usage.Close()
+		usageLog.Close()
 		return nil, listenErr(err, st.Dir(), o.host, o.port)
 	}
 	if !slices.ContainsFunc(pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
@@ -176,7 +177,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		home:   st.Dir(),
 		srv:    srv,
 		served: make(chan error, 1),
-		usage:  usage,
+		usage:  usageLog,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

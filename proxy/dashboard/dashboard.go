@@ -25,6 +25,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/clock"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 //go:embed static
@@ -336,7 +337,7 @@ func (d *Dashboard) snapshot() []byte {
 
 // Usage keeps the running sums the charts and the recent requests need:
 // requests and tokens per account per hour for the last 7 days, and the
-// last 50 records. It follows the usage log (rotation.UsageTail), reading
+// last 50 records. It follows the usage log (usage.Tail), reading
 // only what was appended, at most once per interval: however long the log
 // and however busy the proxy, the dashboard holds a few kilobytes per
 // account and reads each record once.
@@ -347,13 +348,13 @@ type Usage struct {
 	mu     sync.Mutex
 	lookAt time.Time
 	hours  map[string]map[int64]*bucket // account id -> hour (Unix seconds) -> sums
-	recent [recentRequests]rotation.Usage
+	recent [recentRequests]usage.Record
 	n      int // records ever put in recent
 }
 
-// Tail is the usage log read incrementally: *rotation.UsageTail.
+// Tail is the usage log read incrementally: *usage.Tail.
 type Tail interface {
-	Read(reset func(), fn func(rotation.Usage)) error
+	Read(reset func(), fn func(usage.Record)) error
 }
 
 type bucket struct {
@@ -457,7 +458,7 @@ func (u *Usage) update(now time.Time) {
 	}
 	u.lookAt = now
 	since := now.Add(-7*24*time.Hour - time.Hour).Unix()
-	add := func(r rotation.Usage) {
+	add := func(r usage.Record) {
 		h := r.Time.Truncate(time.Hour).Unix()
 		if h < since {
 			return
