@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 func cmdAddKey(a *app, args []string) error {
@@ -321,12 +322,12 @@ func cmdList(a *app, args []string) error {
 		out := struct {
 			PinnedAccountIndex *int          `json:"pinned_account_index"`
 			Accounts           []listAccount `json:"accounts"`
-		}{PinnedAccountIndex: rotation.IndexOrNil(pool.Pinned())}
+		}{PinnedAccountIndex: view.IndexOrNil(pool.Pinned())}
 		for _, r := range rows {
 			out.Accounts = append(out.Accounts, listAccount{
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
 				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
-				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: rotation.TimeOrNil(r.Until),
+				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: view.TimeOrNil(r.Until),
 			})
 		}
 		return a.exportJSON("status", out)

@@ -18,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 // dashboardPool is a real `rotor serve` with three accounts as a user
@@ -224,7 +225,7 @@ func TestDashboardOnTheWire(t *testing.T) {
 			Label   string `json:"label"`
 			Kind    string `json:"kind"`
 			State   string `json:"state"`
-			Quota   *rotation.QuotaView
+			Quota   *view.Quota
 			Enabled bool `json:"enabled"`
 		} `json:"accounts"`
 		Usage dashboard.UsageView `json:"usage"`

@@ -16,6 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 // usageCounts is one set of usage totals in `report --json`.
@@ -90,7 +91,7 @@ func accountRef(pool *accounts.Pool, id string) (*int, *string) {
 
 func toUsageBody(dir string, rep usage.Report, err error, pool *accounts.Pool) usageBody {
 	b := usageBody{Path: filepath.Join(dir, home.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
-		OldestRecord: rotation.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
+		OldestRecord: view.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
 	if err != nil {
 		msg := err.Error()
 		b.Error = &msg

@@ -26,6 +26,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 //go:embed static
@@ -34,7 +35,7 @@ var static embed.FS
 // Pool is the live pool: *rotation.Selector.
 type Pool interface {
 	Status() []rotation.AccountStatus
-	View(rows []rotation.AccountStatus) rotation.StatusView
+	view.Selector
 }
 
 // Store changes the pool on disk: *accounts.Store. The serve's watcher
@@ -303,7 +304,7 @@ func stripNow(snap []byte) []byte {
 // card is one account on the page: its status view and what the buttons
 // need.
 type card struct {
-	rotation.AccountView
+	view.Account
 	Kind    string `json:"kind"`
 	Enabled bool   `json:"enabled"`
 	Pinned  bool   `json:"pinned"`
@@ -312,21 +313,21 @@ type card struct {
 // snapshot is what the page shows, as JSON. "now" comes first (stripNow).
 func (d *Dashboard) snapshot() []byte {
 	rows := d.cfg.Pool.Status()
-	v := d.cfg.Pool.View(rows)
+	v := view.StatusOf(d.cfg.Pool, rows)
 	cards := make([]card, len(rows))
 	index := make(map[string]int, len(rows))
 	for i, r := range rows {
-		cards[i] = card{AccountView: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
+		cards[i] = card{Account: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
 		index[r.Account.ID] = r.Index
 	}
 	now := d.cfg.Clock.Now()
 	out := struct {
-		Now                string            `json:"now"`
-		PinnedAccountIndex *int              `json:"pinned_account_index"`
-		PinSource          *string           `json:"pin_source"`
-		Next               rotation.PickView `json:"next"`
-		Accounts           []card            `json:"accounts"`
-		Usage              UsageView         `json:"usage"`
+		Now                string    `json:"now"`
+		PinnedAccountIndex *int      `json:"pinned_account_index"`
+		PinSource          *string   `json:"pin_source"`
+		Next               view.Pick `json:"next"`
+		Accounts           []card    `json:"accounts"`
+		Usage              UsageView `json:"usage"`
 	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, index)}
 	b, err := json.Marshal(out)
 	if err != nil {
