@@ -212,12 +212,11 @@ func (a *app) storeAndSecrets() (*accounts.Store, secrets.Store, error) {
 }
 
 // runtime loads the shared runtime state and a selector over pool, as a
-// command that only reads them needs.
+// command that only reads them needs. A damaged state.json is only warned
+// about: the state is advisory, and the selector works without it.
 func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Selector, error) {
-	rt := rotation.NewRuntime(st.Dir(), a.clockOrSystem())
-	sel := rotation.NewSelector(rt, a.clockOrSystem(), uint64(a.now().UnixNano()))
-	sel.SetPool(pool)
-	if err := rt.Sync(nil); err != nil {
+	sel, err := rotation.Open(st.Dir(), pool, a.clockOrSystem(), uint64(a.now().UnixNano()))
+	if err != nil {
 		if !errors.Is(err, rotation.ErrDamagedState) {
 			return nil, err
 		}

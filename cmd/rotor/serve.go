@@ -127,14 +127,18 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	clock := a.clockOrSystem()
 	var seed [8]byte
 	rand.Read(seed[:])
-	h, stateErr, err := proxy.OpenHome(st, clock, binary.LittleEndian.Uint64(seed[:]))
+	pool, err := st.Load()
+	if err != nil {
+		return nil, err
+	}
+	sel, stateErr := rotation.Open(st.Dir(), pool, clock, binary.LittleEndian.Uint64(seed[:]))
+	usageLog, err := usage.OpenWith(st.Dir(), usage.Options{Clock: clock})
 	if err != nil {
 		return nil, err
 	}
 	if stateErr != nil {
 		log.Warn().Err(stateErr).Msg("cannot read shared state; starting fresh")
 	}
-	pool, sel, usageLog := h.Pool, h.Selector, h.Usage
 	if o.account != "" {
 		i, err := pool.Resolve(o.account)
 		if err != nil {
@@ -143,7 +147,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		}
 		sel.SetProcessPin(pool.At(i).ID)
 	}
-	deps := h.Deps(sec, clock, log)
+	deps := proxy.Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: clock, Log: log}
 	deps.Refresher = newRefresher(a, st.Dir(), sec, func(id, reason string) error {
 		_, err := st.Flag(id, reason, false)
 		return err
