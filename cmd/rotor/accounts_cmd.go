@@ -120,7 +120,7 @@ func cmdImport(a *app, args []string) error {
 	if *unlink {
 		link = ""
 	}
-	acct, idx, created, err := saveChatGPT(st, sec, id, secrets.Secret{
+	acct, idx, created, err := accounts.SaveChatGPT(st, sec, id, secrets.Secret{
 		AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
 	}, *label, a.now(), func(acct *accounts.Account) { acct.CodexAuthFile = link })
 	if err != nil {
@@ -135,28 +135,6 @@ func cmdImport(a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "Linked to that file: rotor and Codex CLI share one refresh (\"rotor unlink %d\" stops it).\n", idx)
 	}
 	return nil
-}
-
-// saveChatGPT adds the ChatGPT account id describes, or updates the one
-// already in the pool, with secret s unless the stored secret is newer (a
-// re-import of an old file must not bring back a spent refresh token).
-// edit, if not nil, adjusts the account. The secret is stored under the
-// store lock, so the account never appears without it.
-func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string, now time.Time, edit func(*accounts.Account)) (acct accounts.Account, idx int, created bool, err error) {
-	_, err = st.Update(func(p *accounts.Pool) error {
-		idx, created = p.UpsertChatGPT(id, label, now)
-		if edit != nil {
-			edit(p.At(idx))
-		}
-		acct = *p.At(idx)
-		if !created {
-			if cur, err := sec.Get(acct.ID); err == nil && cur.RefreshToken != "" && cur.ExpiresAt.After(s.ExpiresAt) {
-				return nil
-			}
-		}
-		return sec.Set(acct.ID, s)
-	})
-	return acct, idx, created, err
 }
 
 // indexArg reads the single <index> argument of remove/enable/disable/switch.
