@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -55,7 +56,7 @@ func newChatGPTRefreshEnv(t *testing.T, accts []acct) *chatgptRefreshEnv {
 			}
 			return err
 		},
-		Clock: rotation.SystemClock{},
+		Clock: clock.System{},
 	}
 	e = startProxy(t, base.up, dir, peerConfig{seed: 3, refresher: ref})
 	return &chatgptRefreshEnv{env: e, auth: auth, sec: sec}

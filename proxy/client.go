@@ -14,7 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 // errBodyMax bounds what rotor reads of an upstream's error answer.
@@ -164,7 +164,7 @@ func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 // the accounts behind it (SPEC §4's connect-error row), so the fault is
 // recorded here and no account is marked.
 type endpoints struct {
-	clock rotation.Clock
+	clock clock.Clock
 	nDown atomic.Int32 // fast path: most of the time nothing is down
 
 	mu    sync.Mutex
@@ -187,7 +187,7 @@ const (
 	maxBases           = 1024
 )
 
-func newEndpoints(clock rotation.Clock) *endpoints {
+func newEndpoints(clock clock.Clock) *endpoints {
 	return &endpoints{clock: clock, down: map[string]*endpointDown{}, bases: map[string]string{}}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // Tests of SPEC §5 "Compatibility for generic clients" (a ChatGPT account
@@ -168,7 +169,7 @@ func TestCompatNonStreamingClientGetsOneResponseObject(t *testing.T) {
 				}
 			}
 			rec := waitCompatUsage(t, e, 1)[0]
-			want := rotation.Tokens{Input: 1280, Cached: 1024, Output: 9, Total: 1289}
+			want := usage.Tokens{Input: 1280, Cached: 1024, Output: 9, Total: 1289}
 			if rec.Status != 200 || rec.Tokens == nil || *rec.Tokens != want {
 				t.Errorf("usage record %+v tokens %+v", rec, rec.Tokens)
 			}
@@ -177,12 +178,12 @@ func TestCompatNonStreamingClientGetsOneResponseObject(t *testing.T) {
 }
 
 // waitCompatUsage waits until usage.jsonl has n records and returns them.
-func waitCompatUsage(t *testing.T, e *env, n int) []rotation.Usage {
+func waitCompatUsage(t *testing.T, e *env, n int) []usage.Record {
 	t.Helper()
-	var recs []rotation.Usage
+	var recs []usage.Record
 	eventually(t, 3*time.Second, "usage.jsonl records", func() bool {
 		recs = recs[:0]
-		if _, err := rotation.ReadUsage(e.store.Dir(), func(u rotation.Usage) { recs = append(recs, u) }); err != nil {
+		if _, err := usage.Read(e.store.Dir(), func(u usage.Record) { recs = append(recs, u) }); err != nil {
 			return false
 		}
 		return len(recs) >= n

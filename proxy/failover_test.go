@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // Tests of SPEC §4's failover table, one row at a time, against a real
@@ -314,7 +314,7 @@ func TestServerErrorCoolsDownAndRotates(t *testing.T) {
 
 func TestThreeServerErrorsOpenTheCircuit(t *testing.T) {
 	t.Parallel()
-	clk := rotationtest.Real()
+	clk := clocktest.Real()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "bad"}}).peer(withClock(clk))
 	e.up.Set("bad", upstreamtest.Behavior{Status: 500})
 	for i := 1; i <= 3; i++ {

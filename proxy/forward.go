@@ -12,6 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // serve reads r's body and forwards it. Every request that reaches it,
@@ -274,7 +275,7 @@ type ending struct {
 	status int
 	code   string
 	choice *rotation.Choice // the account that answered; nil: the last attempted
-	tokens *rotation.Tokens
+	tokens *usage.Tokens
 	ttfb   time.Duration
 	err    error // why an answer broke after it started
 	warn   bool  // an answer that did not complete
@@ -300,7 +301,7 @@ func (s *Server) finish(r *request, e ending) {
 		id = r.attempted[n-1]
 	}
 	if r.counted && s.deps.Usage != nil {
-		s.deps.Usage.Append(rotation.Usage{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
+		s.deps.Usage.Append(usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
 			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds()})
 	}
 	ev := s.deps.Log.Info()

@@ -14,10 +14,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 const testKey = "test-client-key-0123456789abcdef0123456789"
@@ -39,8 +40,8 @@ type env struct {
 	srv   *Server
 	base  string // http://127.0.0.1:P
 	pool  *accounts.Pool
-	usage *rotation.UsageLog
-	ticks *rotationtest.Clock // ticks the watcher by hand; nil when the test brought its own clock
+	usage *usage.Log
+	ticks *clocktest.Fake // ticks the watcher by hand; nil when the test brought its own clock
 }
 
 // tick makes e's watcher look at the home once, as one WatchInterval
@@ -123,9 +124,9 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 // selector and usage log. It is shut down when the test ends.
 func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
-	var ticks *rotationtest.Clock
+	var ticks *clocktest.Fake
 	if pc.clock == nil {
-		ticks = rotationtest.Real()
+		ticks = clocktest.Real()
 		pc.clock = ticks
 	}
 	st, err := accounts.Open(dir)
@@ -136,17 +137,23 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _, err := OpenHome(st, pc.clock, pc.seed)
+	pool, err := st.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, sel, usage := h.Pool, h.Selector, h.Usage
+	// A state.json that cannot be read is advisory, as in serve: the
+	// selector starts from empty state.
+	sel, _ := rotation.Open(dir, pool, pc.clock, pc.seed)
+	usageLog, err := usage.OpenWith(dir, usage.Options{Clock: pc.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{ClientKey: testKey, ChatGPTBase: up.ChatGPTBase(), OpenAIBase: up.OpenAIBase()}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	deps := h.Deps(sec, pc.clock, zerolog.Nop())
-	deps.Refresher = pc.refresher
+	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: zerolog.Nop(),
+		Refresher: pc.refresher}
 	srv, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -160,9 +167,9 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-		usage.Close()
+		usageLog.Close()
 	})
-	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usage, ticks: ticks}
+	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usageLog, ticks: ticks}
 }
 
 // newBenchEnv is a one-account (API key "k1") env for benchmarks; edit

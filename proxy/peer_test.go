@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
 type peerConfig struct {
-	clock     rotation.Clock
+	clock     clock.Clock
 	seed      uint64
 	refresher Refresher
 }
@@ -24,7 +25,7 @@ type peerConfig struct {
 type peerOption func(*peerConfig)
 
 // withClock gives the proxy, its selector and its runtime state clock c.
-func withClock(c rotation.Clock) peerOption { return func(p *peerConfig) { p.clock = c } }
+func withClock(c clock.Clock) peerOption { return func(p *peerConfig) { p.clock = c } }
 
 // withRefresher gives the proxy a token refresher.
 func withRefresher(r Refresher) peerOption { return func(p *peerConfig) { p.refresher = r } }

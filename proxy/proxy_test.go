@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
-	"github.com/rs/zerolog"
 )
 
 func TestStreamsAnswerThroughAPIKeyAccount(t *testing.T) {

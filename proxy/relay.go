@@ -11,6 +11,7 @@ import (
 
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // relay is the body of a successful answer. The responder reads it and
@@ -39,7 +40,7 @@ type relay struct {
 	ttfb    time.Duration
 	err     error // sticky: the upstream's io.EOF or failure
 	scan    sseScanner
-	tokens  *rotation.Tokens
+	tokens  *usage.Tokens
 	failure string // code of a stream's failure event
 
 	// Chat Completions on a ChatGPT account: the Codex events are

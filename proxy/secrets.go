@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 // secretCache keeps secrets in memory so a request does not call the
@@ -13,7 +13,7 @@ import (
 // changed the account's tokens, or after a 401.
 type secretCache struct {
 	src   SecretSource
-	clock rotation.Clock // the one changedAt is told by
+	clock clock.Clock // the one changedAt is told by
 	mu    sync.Mutex
 	m     map[string]cachedSecret
 }
@@ -23,7 +23,7 @@ type cachedSecret struct {
 	at  time.Time
 }
 
-func newSecretCache(src SecretSource, clock rotation.Clock) *secretCache {
+func newSecretCache(src SecretSource, clock clock.Clock) *secretCache {
 	return &secretCache{src: src, clock: clock, m: make(map[string]cachedSecret)}
 }
 

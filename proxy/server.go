@@ -18,9 +18,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // Defaults of SPEC §4.
@@ -125,7 +127,7 @@ type Flagger interface {
 
 // UsageSink receives one record per finished request.
 type UsageSink interface {
-	Append(rec rotation.Usage)
+	Append(rec usage.Record)
 }
 
 // Deps are the proxy's collaborators.
@@ -135,7 +137,7 @@ type Deps struct {
 	Refresher Refresher // may be nil: a 401 then only cools the account down
 	Flagger   Flagger   // may be nil in tests
 	Usage     UsageSink // may be nil
-	Clock     rotation.Clock
+	Clock     clock.Clock
 	Log       zerolog.Logger
 	// Pages serves the dashboard (SPEC §8); nil serves none.
 	Pages Pages
@@ -169,7 +171,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, rerr.Validation("client_key", "the client key must be at least 32 characters")
 	}
 	if deps.Clock == nil {
-		deps.Clock = rotation.SystemClock{}
+		deps.Clock = clock.System{}
 	}
 	s := &Server{
 		cfg:       cfg,

@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // An event is one data payload of an upstream's SSE stream, with its type
@@ -65,7 +66,7 @@ func (e event) final() bool {
 // tokens is the usage e reports: the response's, in a final or failed
 // event, or a Chat Completions chunk's (which has no type; usage rides on
 // one of them with stream_options.include_usage). Nil when it has none.
-func (e event) tokens() *rotation.Tokens {
+func (e event) tokens() *usage.Tokens {
 	switch {
 	case e.final(), e.typ == "response.failed":
 		return usageOf(eventField(e.data, "response.usage"))
@@ -104,11 +105,11 @@ var usageNames = [...]struct{ responses, chat, inner string }{
 
 // usageOf reads a usage object in either API's names, in one pass; the
 // Responses name wins over the Chat Completions one.
-func usageOf(u gjson.Result) *rotation.Tokens {
+func usageOf(u gjson.Result) *usage.Tokens {
 	if !u.IsObject() {
 		return nil
 	}
-	var t rotation.Tokens
+	var t usage.Tokens
 	fields := [len(usageNames)]*int64{&t.Input, &t.Cached, &t.Output, &t.Reasoning, &t.Total}
 	var responses [len(usageNames)]bool // the field came under the Responses name
 	u.ForEach(func(k, v gjson.Result) bool {

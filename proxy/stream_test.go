@@ -18,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // Tests of SPEC §4 after the first byte: no retry, broken and stalled
@@ -177,9 +178,9 @@ func TestClientGoneDuringUpstreamStallEndsByStallTimeout(t *testing.T) {
 }
 
 // waitUsage waits until usage.jsonl has n records and returns them.
-func waitUsage(t *testing.T, e *env, n int) []rotation.Usage {
+func waitUsage(t *testing.T, e *env, n int) []usage.Record {
 	t.Helper()
-	var recs []rotation.Usage
+	var recs []usage.Record
 	eventually(t, 2*time.Second, "usage.jsonl records", func() bool {
 		recs = readUsage(t, e.store.Dir())
 		return len(recs) >= n
@@ -190,15 +191,15 @@ func waitUsage(t *testing.T, e *env, n int) []rotation.Usage {
 	return recs
 }
 
-func readUsage(t *testing.T, dir string) []rotation.Usage {
+func readUsage(t *testing.T, dir string) []usage.Record {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, home.UsageFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []rotation.Usage
+	var out []usage.Record
 	for line := range bytes.Lines(data) {
-		var u rotation.Usage
+		var u usage.Record
 		if err := json.Unmarshal(line, &u); err != nil {
 			t.Fatalf("usage.jsonl line %q: %v", line, err)
 		}
@@ -215,7 +216,7 @@ func TestUsageRecordedAfterCompletedStream(t *testing.T) {
 	if rec.AccountID != e.id(1) || rec.Model != "gpt-5-codex" || rec.Status != 200 || rec.Code != "" || rec.RequestID == "" {
 		t.Errorf("usage record %+v", rec)
 	}
-	want := rotation.Tokens{Input: 1280, Cached: 1024, Output: 9, Reasoning: 0, Total: 1289}
+	want := usage.Tokens{Input: 1280, Cached: 1024, Output: 9, Reasoning: 0, Total: 1289}
 	if rec.Tokens == nil || *rec.Tokens != want {
 		t.Errorf("tokens %+v, want %+v", rec.Tokens, want)
 	}
@@ -254,7 +255,7 @@ func TestNonStreamedAnswerHasLengthAndUsage(t *testing.T) {
 		t.Errorf("answer %+v (%v): %.200s", r, err, body)
 	}
 	rec := waitUsage(t, e, 1)[0]
-	want := rotation.Tokens{Input: 1280, Cached: 1024, Output: 9, Total: 1289}
+	want := usage.Tokens{Input: 1280, Cached: 1024, Output: 9, Total: 1289}
 	if rec.Status != 200 || rec.Model != "gpt-5" || rec.AccountID != e.id(1) || rec.Tokens == nil || *rec.Tokens != want {
 		t.Errorf("usage record %+v tokens %+v", rec, rec.Tokens)
 	}
@@ -318,14 +319,14 @@ func TestUsageOfReadsEitherAPIsNames(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		json string
-		want *rotation.Tokens
+		want *usage.Tokens
 	}{
 		{`{"input_tokens":1280,"input_tokens_details":{"cached_tokens":1024},"output_tokens":9,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":1289}`,
-			&rotation.Tokens{Input: 1280, Cached: 1024, Output: 9, Reasoning: 3, Total: 1289}},
+			&usage.Tokens{Input: 1280, Cached: 1024, Output: 9, Reasoning: 3, Total: 1289}},
 		{`{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}`,
-			&rotation.Tokens{Input: 10, Cached: 4, Output: 5, Reasoning: 2, Total: 15}},
-		{`{"prompt_tokens":1,"input_tokens":2,"output_tokens":3,"completion_tokens":4}`, &rotation.Tokens{Input: 2, Output: 3}},
-		{`{}`, &rotation.Tokens{}},
+			&usage.Tokens{Input: 10, Cached: 4, Output: 5, Reasoning: 2, Total: 15}},
+		{`{"prompt_tokens":1,"input_tokens":2,"output_tokens":3,"completion_tokens":4}`, &usage.Tokens{Input: 2, Output: 3}},
+		{`{}`, &usage.Tokens{}},
 		{`null`, nil},
 	} {
 		got := usageOf(gjson.Parse(tc.json))

@@ -3,6 +3,8 @@ package rotation
 import (
 	"sync"
 	"time"
+
+	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 // Affinity defaults (SPEC §4): a conversation sticks to its account for 20
@@ -23,7 +25,7 @@ type binding struct {
 // expire after the TTL and are dropped when the affinity generation moves
 // (`rotor switch`/`unpin`). Safe for concurrent use.
 type Affinity struct {
-	clock Clock
+	clock clock.Clock
 	ttl   time.Duration
 	max   int
 
@@ -33,7 +35,7 @@ type Affinity struct {
 }
 
 // NewAffinity returns an empty table holding at most max keys.
-func NewAffinity(clock Clock, ttl time.Duration, max int) *Affinity {
+func NewAffinity(clock clock.Clock, ttl time.Duration, max int) *Affinity {
 	return &Affinity{clock: clock, ttl: ttl, max: max, m: make(map[string]binding)}
 }
 

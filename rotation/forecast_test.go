@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 )
 
 // fcPool builds a pool of n enabled API-key accounts with ids a1..an.
@@ -19,9 +19,9 @@ func fcPool(n int) *accounts.Pool {
 	return p
 }
 
-func fcSelector(t *testing.T, p *accounts.Pool) (*Selector, *Runtime, *rotationtest.Clock) {
+func fcSelector(t *testing.T, p *accounts.Pool) (*Selector, *Runtime, *clocktest.Fake) {
 	t.Helper()
-	clock := rotationtest.Frozen(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	clock := clocktest.Frozen(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	rt := NewRuntime(t.TempDir(), clock)
 	sel := NewSelector(rt, clock, 7)
 	sel.SetPool(p)

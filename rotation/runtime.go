@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 )
 
@@ -78,7 +79,7 @@ func nanos(t time.Time) int64 {
 // synchronised with state.json by Sync. All methods are safe for concurrent
 // use; none touches the disk except Load and Sync.
 type Runtime struct {
-	clock Clock
+	clock clock.Clock
 	path  string
 	lock  string
 
@@ -90,7 +91,7 @@ type Runtime struct {
 
 // NewRuntime returns the runtime state kept in dir/state.json. It reads
 // nothing until Sync.
-func NewRuntime(dir string, clock Clock) *Runtime {
+func NewRuntime(dir string, clock clock.Clock) *Runtime {
 	return &Runtime{
 		clock: clock,
 		path:  filepath.Join(dir, home.StateFile),

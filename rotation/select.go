@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 // Skip reasons that do not come from runtime state (SPEC §4).
@@ -55,7 +56,7 @@ func (v *view) indexOf(id string) int { return v.index[id] }
 // safe for concurrent use.
 type Selector struct {
 	rt       *Runtime
-	clock    Clock
+	clock    clock.Clock
 	affinity *Affinity
 	seed     uint64
 	cur      atomic.Pointer[view]
@@ -66,7 +67,7 @@ type Selector struct {
 
 // NewSelector returns a selector over rt. seed spreads parallel proxies:
 // each process should pass a different random value.
-func NewSelector(rt *Runtime, clock Clock, seed uint64) *Selector {
+func NewSelector(rt *Runtime, clock clock.Clock, seed uint64) *Selector {
 	s := &Selector{rt: rt, clock: clock, seed: seed, affinity: NewAffinity(clock, AffinityTTL, AffinityMax)}
 	s.SetPool(&accounts.Pool{Version: 1})
 	return s

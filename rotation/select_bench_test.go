@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 // benchPool is a pool of n enabled API-key accounts with a spread of
@@ -13,8 +14,8 @@ import (
 func benchPool(b *testing.B, n int) *Selector {
 	b.Helper()
 	now := time.Now()
-	rt := NewRuntime(b.TempDir(), SystemClock{})
-	sel := NewSelector(rt, SystemClock{}, 42)
+	rt := NewRuntime(b.TempDir(), clock.System{})
+	sel := NewSelector(rt, clock.System{}, 42)
 	p := &accounts.Pool{Version: 1}
 	for i := range n {
 		p.AddAPIKey(fmt.Sprintf("acct-%d", i), "", now)

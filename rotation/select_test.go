@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // Unit tests of selection (SPEC §4 Selection) with a fake clock and an
@@ -20,14 +21,14 @@ import (
 
 // newFakeClock is a clock the test moves by hand. It starts at a fixed
 // instant in the past, so nothing may depend on the real time.
-func newFakeClock() *rotationtest.Clock {
-	return rotationtest.Frozen(time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC))
+func newFakeClock() *clocktest.Fake {
+	return clocktest.Frozen(time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC))
 }
 
 // fixture is a selector over n enabled API-key accounts.
 type fixture struct {
 	t     *testing.T
-	clk   *rotationtest.Clock
+	clk   *clocktest.Fake
 	rt    *Runtime
 	sel   *Selector
 	pool  *accounts.Pool
@@ -641,8 +642,8 @@ func TestSyncExchangesStateBetweenRuntimes(t *testing.T) {
 func TestClearSurvivesSync(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	a := NewRuntime(dir, SystemClock{})
-	b := NewRuntime(dir, SystemClock{})
+	a := NewRuntime(dir, clock.System{})
+	b := NewRuntime(dir, clock.System{})
 	a.RateLimited("acct_1", time.Now().Add(time.Hour))
 	if err := a.Sync(nil); err != nil {
 		t.Fatal(err)

@@ -10,32 +10,6 @@ import (
 	"time"
 )
 
-// Clock is rotor's one source of time: the present, and tickers. Code
-// takes it as a dependency (never time.Now or time.NewTicker directly for
-// what it decides or records), so tests inject a clock they move, or
-// tick, by hand (rotation/rotationtest). Packages below rotation declare
-// the Now half they read (oauth.Clock, checkup.Clock) and are given the
-// same clock. Only deadlines that bound a real wait (a socket read, a lock
-// poll) read the system time directly: a test clock cannot make the OS
-// wait less.
-type Clock interface {
-	Now() time.Time
-	// NewTicker delivers a tick every d on c until stop is called.
-	NewTicker(d time.Duration) (c <-chan time.Time, stop func())
-}
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// NewTicker is time.NewTicker.
-func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
-
 // Cooldown reasons, as shown in skip reasons (`cooling-down:<reason>`).
 const (
 	CooldownAuthFailure      = "auth-failure"

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -74,7 +75,7 @@ type Deps struct {
 	// account is looked at: Store, or a home without accounts.
 	Adapters func(accounts.Kind) Adapter
 	// Clock tells the time: rotor's one clock (default: the system's).
-	Clock Clock
+	Clock clock.Clock
 	// Alive reports whether process pid runs (default: signal 0).
 	Alive func(pid int) bool
 	// Time limits; zero takes the Default* values.
@@ -116,13 +117,6 @@ type Adapter interface {
 	AddCommand() string
 }
 
-// Clock is the part of rotor's clock (rotation.Clock) a checkup reads.
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // Checkup diagnoses and repairs one rotor home.
 type Checkup struct {
 	d Deps
@@ -134,7 +128,7 @@ func New(d Deps) *Checkup {
 		d.HTTP = &http.Client{}
 	}
 	if d.Clock == nil {
-		d.Clock = systemClock{}
+		d.Clock = clock.System{}
 	}
 	if d.Alive == nil {
 		d.Alive = home.ProcessAlive

@@ -11,10 +11,11 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // dryThenReal runs Fix as a dry run, checks it changed nothing and
@@ -232,7 +233,7 @@ func TestFixCleansStateLocksTempsAndProxyInfo(t *testing.T) {
 		t.Error("state of a removed account kept")
 	}
 	// The runtime still reads the file.
-	rt := rotation.NewRuntime(h.Dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.Dir, clock.System{})
 	if err := rt.Sync(nil); err != nil || rt.Snapshot(p.Accounts[1].ID).RateLimitedUntil.IsZero() {
 		t.Errorf("runtime cannot read the cleaned state: %v", err)
 	}
@@ -290,7 +291,7 @@ func TestFixRefreshesExpiredTokensAndDisablesDeadOnes(t *testing.T) {
 		t.Error("failed refreshes should fail the fix")
 	}
 	// Running proxies learn that the tokens changed.
-	rt := rotation.NewRuntime(h.Dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.Dir, clock.System{})
 	rt.Sync(nil)
 	if rt.TokensAt("acct_1").IsZero() {
 		t.Error("tokens_at not recorded in state.json")
@@ -328,7 +329,7 @@ func TestFixNeverOverwritesAnEarlierDamagedCopy(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	h.WriteFile("accounts.json.corrupt-20260301T120000Z", "earlier", 0o600)
 	h.WriteFile(home.AccountsFile, "{later", 0o600)
-	res := h.checkup(func(d *checkup.Deps) { d.Clock = rotationtest.Frozen(at) }).Fix(context.Background(), checkup.FixOptions{})
+	res := h.checkup(func(d *checkup.Deps) { d.Clock = clocktest.Frozen(at) }).Fix(context.Background(), checkup.FixOptions{})
 	if a := action(res, checkup.ActionRestoreStore, ""); a == nil || a.Status != checkup.ActionDone ||
 		!strings.Contains(a.Detail, "accounts.json.corrupt-20260301T120000Z-1") {
 		t.Fatalf("restore: %+v", res.Actions)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
@@ -15,7 +17,6 @@ import (
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // testHome is a prepared ROTOR_HOME (hometest) with a fake auth server
@@ -53,9 +54,9 @@ func (h *testHome) checkup(opts ...func(*checkup.Deps)) *checkup.Checkup {
 		Dir:         h.Dir,
 		Secrets:     h.Secrets,
 		SecretsMode: secrets.ModeFile,
-		Runtime:     rotation.NewRuntime(h.Dir, rotation.SystemClock{}),
+		Runtime:     rotation.NewRuntime(h.Dir, clock.System{}),
 		Refresher: &oauth.Refresher{Client: oauth.NewClient(h.auth.URL()), Secrets: h.Secrets, Dir: h.Dir,
-			Clock: rotationtest.Real()},
+			Clock: clocktest.Real()},
 		Adapters: func(k accounts.Kind) checkup.Adapter { return adapters.For(k) },
 		Alive:    func(pid int) bool { return pid == os.Getpid() },
 	}

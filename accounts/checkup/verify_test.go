@@ -12,6 +12,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -57,7 +58,7 @@ func TestVerifyFlagged(t *testing.T) {
 
 	// The working account also sits in the 5-minute cooldown its flag came with.
 	worksID := h.Pool().Accounts[0].ID
-	rt := rotation.NewRuntime(h.Dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.Dir, clock.System{})
 	rt.Cooldown(worksID, rotation.CooldownTokenInvalidated, rotation.InvalidatedCooldown)
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)

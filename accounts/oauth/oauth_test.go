@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/rotation/rotationtest"
 )
 
 // startAuth runs the fake authorization server for the test's lifetime.
@@ -683,7 +683,7 @@ func (e *refreshEnv) refresher(t *testing.T, flag func(id, reason string) error)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &oauth.Refresher{Client: oauth.NewClient(e.auth.URL()), Secrets: st, Dir: e.dir, Flag: flag, Clock: rotationtest.Real()}
+	return &oauth.Refresher{Client: oauth.NewClient(e.auth.URL()), Secrets: st, Dir: e.dir, Flag: flag, Clock: clocktest.Real()}
 }
 
 func (e *refreshEnv) stored(t *testing.T) secrets.Secret {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -35,14 +36,11 @@ type Refresher struct {
 	Flag func(id, reason string) error
 	// Clock tells the time: rotor's one clock, so a test that moves it
 	// moves token expiry with everything else.
-	Clock Clock
+	Clock clock.Clock
 	// LinkError is told when a linked Codex auth.json could not be read
 	// or written back (may be nil). The refresh itself still counts.
 	LinkError func(a accounts.Account, err error)
 }
-
-// Clock is the part of rotor's clock (rotation.Clock) the refresher reads.
-type Clock interface{ Now() time.Time }
 
 // Refresh returns fresh tokens for a, whose request just failed (or was
 // about to) with the tokens in stale.

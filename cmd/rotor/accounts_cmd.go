@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 func cmdAddKey(a *app, args []string) error {
@@ -119,7 +120,7 @@ func cmdImport(a *app, args []string) error {
 	if *unlink {
 		link = ""
 	}
-	acct, idx, created, err := saveChatGPT(st, sec, id, secrets.Secret{
+	acct, idx, created, err := accounts.SaveChatGPT(st, sec, id, secrets.Secret{
 		AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, IDToken: tok.IDToken, ExpiresAt: id.ExpiresAt,
 	}, *label, a.now(), func(acct *accounts.Account) { acct.CodexAuthFile = link })
 	if err != nil {
@@ -134,28 +135,6 @@ func cmdImport(a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "Linked to that file: rotor and Codex CLI share one refresh (\"rotor unlink %d\" stops it).\n", idx)
 	}
 	return nil
-}
-
-// saveChatGPT adds the ChatGPT account id describes, or updates the one
-// already in the pool, with secret s unless the stored secret is newer (a
-// re-import of an old file must not bring back a spent refresh token).
-// edit, if not nil, adjusts the account. The secret is stored under the
-// store lock, so the account never appears without it.
-func saveChatGPT(st *accounts.Store, sec secrets.Store, id accounts.Identity, s secrets.Secret, label string, now time.Time, edit func(*accounts.Account)) (acct accounts.Account, idx int, created bool, err error) {
-	_, err = st.Update(func(p *accounts.Pool) error {
-		idx, created = p.UpsertChatGPT(id, label, now)
-		if edit != nil {
-			edit(p.At(idx))
-		}
-		acct = *p.At(idx)
-		if !created {
-			if cur, err := sec.Get(acct.ID); err == nil && cur.RefreshToken != "" && cur.ExpiresAt.After(s.ExpiresAt) {
-				return nil
-			}
-		}
-		return sec.Set(acct.ID, s)
-	})
-	return acct, idx, created, err
 }
 
 // indexArg reads the single <index> argument of remove/enable/disable/switch.
@@ -321,12 +300,12 @@ func cmdList(a *app, args []string) error {
 		out := struct {
 			PinnedAccountIndex *int          `json:"pinned_account_index"`
 			Accounts           []listAccount `json:"accounts"`
-		}{PinnedAccountIndex: rotation.IndexOrNil(pool.Pinned())}
+		}{PinnedAccountIndex: view.IndexOrNil(pool.Pinned())}
 		for _, r := range rows {
 			out.Accounts = append(out.Accounts, listAccount{
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
 				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
-				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: rotation.TimeOrNil(r.Until),
+				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: view.TimeOrNil(r.Until),
 			})
 		}
 		return a.exportJSON("status", out)
@@ -345,7 +324,7 @@ func cmdList(a *app, args []string) error {
 			pin = "*"
 		}
 		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r)), r.Account.Label,
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r, now)), r.Account.Label,
 			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), pal.window(p, now), pal.window(s, now))
 	}
 	tw.Flush()
@@ -355,14 +334,15 @@ func cmdList(a *app, args []string) error {
 	return nil
 }
 
-// stateText is an account's state with its reason and how long it lasts.
-func stateText(r rotation.AccountStatus) string {
+// stateText is an account's state with its reason and how long, from now,
+// it lasts.
+func stateText(r rotation.AccountStatus, now time.Time) string {
 	s := r.State
 	if r.State == rotation.SkipFlagged && r.Reason != "" {
 		s += ":" + r.Reason
 	}
 	if !r.Until.IsZero() {
-		s += " for " + accounts.HumanDuration(time.Until(r.Until))
+		s += " for " + accounts.HumanDuration(r.Until.Sub(now))
 	}
 	return s
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -45,20 +46,20 @@ type app struct {
 
 	name string // the command being run, as typed
 
-	// clock is the time every command decides by (rotation.SystemClock
-	// unless a test injects one); httpClient sends what the diagnostics
-	// send. With the streams above, app is the factory every command gets
-	// its dependencies from, as gh's cmdutil.Factory is.
-	clock      rotation.Clock
+	// clock is the time every command decides by (clock.System unless
+	// a test injects one); httpClient sends what the diagnostics send.
+	// With the streams above, app is the factory every command gets its
+	// dependencies from, as gh's cmdutil.Factory is.
+	clock      clock.Clock
 	httpClient *http.Client
 }
 
 // now is the app clock's present.
 func (a *app) now() time.Time { return a.clockOrSystem().Now() }
 
-func (a *app) clockOrSystem() rotation.Clock {
+func (a *app) clockOrSystem() clock.Clock {
 	if a.clock == nil {
-		return rotation.SystemClock{}
+		return clock.System{}
 	}
 	return a.clock
 }
@@ -211,12 +212,11 @@ func (a *app) storeAndSecrets() (*accounts.Store, secrets.Store, error) {
 }
 
 // runtime loads the shared runtime state and a selector over pool, as a
-// command that only reads them needs.
+// command that only reads them needs. A damaged state.json is only warned
+// about: the state is advisory, and the selector works without it.
 func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Selector, error) {
-	rt := rotation.NewRuntime(st.Dir(), a.clockOrSystem())
-	sel := rotation.NewSelector(rt, a.clockOrSystem(), uint64(time.Now().UnixNano()))
-	sel.SetPool(pool)
-	if err := rt.Sync(nil); err != nil {
+	sel, err := rotation.Open(st.Dir(), pool, a.clockOrSystem(), uint64(a.now().UnixNano()))
+	if err != nil {
 		if !errors.Is(err, rotation.ErrDamagedState) {
 			return nil, err
 		}

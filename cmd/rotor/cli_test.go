@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -422,7 +423,7 @@ func TestJSONOutputs(t *testing.T) {
 
 	// Runtime state as a proxy would leave it: account 1 rate-limited with a
 	// quota snapshot, account 2 recently used.
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.dir, clock.System{})
 	reset := time.Now().Add(30 * time.Minute)
 	rt.RateLimited(p.At(1).ID, reset)
 	rt.SetQuota(p.At(1).ID, rotation.Quota{

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 // dashboardPool is a real `rotor serve` with three accounts as a user
@@ -50,7 +52,7 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 	h.ok("", "import", "codex", "--file", auth, "--label", "dana")
 	authJSON, _ := os.ReadFile(auth)
 
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.dir, clock.System{})
 	rt.SetQuota(h.pool().At(3).ID, rotation.Quota{
 		Primary:    &rotation.Window{UsedPercent: 62, WindowMinutes: 300, ResetsAt: time.Now().Add(2*time.Hour + 13*time.Minute)},
 		Secondary:  &rotation.Window{UsedPercent: 35, WindowMinutes: 10080, ResetsAt: time.Now().Add(4 * 24 * time.Hour)},
@@ -223,7 +225,7 @@ func TestDashboardOnTheWire(t *testing.T) {
 			Label   string `json:"label"`
 			Kind    string `json:"kind"`
 			State   string `json:"state"`
-			Quota   *rotation.QuotaView
+			Quota   *view.Quota
 			Enabled bool `json:"enabled"`
 		} `json:"accounts"`
 		Usage dashboard.UsageView `json:"usage"`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 // forecastAccount is one account in `rotor forecast --json`.
@@ -27,14 +28,14 @@ type forecastAccount struct {
 	Detail string  `json:"detail"`
 	// WaitSeconds and ReadyAt: how long a delayed account waits; null
 	// when ready, unavailable, or the end is unknown.
-	WaitSeconds    *int64              `json:"wait_seconds"`
-	ReadyAt        *string             `json:"ready_at"`
-	Risk           int                 `json:"risk"`
-	RiskFactors    []string            `json:"risk_factors"`
-	Health         int                 `json:"health"`
-	RecentFailures int                 `json:"recent_failures"`
-	Pinned         bool                `json:"pinned"`
-	Quota          *rotation.QuotaView `json:"quota"`
+	WaitSeconds    *int64      `json:"wait_seconds"`
+	ReadyAt        *string     `json:"ready_at"`
+	Risk           int         `json:"risk"`
+	RiskFactors    []string    `json:"risk_factors"`
+	Health         int         `json:"health"`
+	RecentFailures int         `json:"recent_failures"`
+	Pinned         bool        `json:"pinned"`
+	Quota          *view.Quota `json:"quota"`
 }
 
 type forecastSummary struct {
@@ -50,16 +51,16 @@ type ForecastBody struct {
 	PinnedAccountIndex *int              `json:"pinned_account_index"`
 	PinSource          *string           `json:"pin_source"`
 	Summary            forecastSummary   `json:"summary"`
-	Recommendation     rotation.PickView `json:"recommendation"`
+	Recommendation     view.Pick         `json:"recommendation"`
 	Accounts           []forecastAccount `json:"accounts"`
 }
 
 func toForecastBody(fc rotation.Forecast) ForecastBody {
 	b := ForecastBody{
-		PinnedAccountIndex: rotation.IndexOrNil(fc.PinnedIndex),
+		PinnedAccountIndex: view.IndexOrNil(fc.PinnedIndex),
 		Summary: forecastSummary{Total: fc.Summary.Total, Ready: fc.Summary.Ready,
 			Delayed: fc.Summary.Delayed, Unavailable: fc.Summary.Unavailable},
-		Recommendation: rotation.PickView{Index: rotation.IndexOrNil(fc.Recommendation.Index), Reason: fc.Recommendation.Reason},
+		Recommendation: view.Pick{Index: view.IndexOrNil(fc.Recommendation.Index), Reason: fc.Recommendation.Reason},
 		Accounts:       []forecastAccount{},
 	}
 	if fc.PinSource != "" {
@@ -69,7 +70,7 @@ func toForecastBody(fc rotation.Forecast) ForecastBody {
 	for _, f := range fc.Accounts {
 		fa := forecastAccount{
 			Index: f.Index, ID: f.Account.ID, Label: f.Account.Label, Kind: string(f.Account.Kind),
-			Verdict: f.Verdict, State: f.State, Detail: f.Detail, ReadyAt: rotation.TimeOrNil(f.ReadyAt),
+			Verdict: f.Verdict, State: f.State, Detail: f.Detail, ReadyAt: view.TimeOrNil(f.ReadyAt),
 			Risk: f.Risk, RiskFactors: f.RiskFactors, Health: f.Health, RecentFailures: f.RecentFailures,
 			Pinned: f.Pinned,
 		}
@@ -82,7 +83,7 @@ func toForecastBody(fc rotation.Forecast) ForecastBody {
 			fa.WaitSeconds = &s
 		}
 		if f.Quota != nil {
-			fa.Quota = f.Quota.View()
+			fa.Quota = view.QuotaOf(f.Quota)
 		}
 		b.Accounts = append(b.Accounts, fa)
 	}

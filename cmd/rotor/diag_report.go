@@ -15,6 +15,8 @@ import (
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 // usageCounts is one set of usage totals in `report --json`.
@@ -23,10 +25,10 @@ type usageCounts struct {
 	Errors       int64            `json:"errors"`
 	ErrorsByCode map[string]int64 `json:"errors_by_code"`
 	ByStatus     map[string]int64 `json:"by_status"`
-	Tokens       rotation.Tokens  `json:"tokens"`
+	Tokens       usage.Tokens     `json:"tokens"`
 }
 
-func toUsageCounts(c *rotation.UsageCounts) usageCounts {
+func toUsageCounts(c *usage.Counts) usageCounts {
 	out := usageCounts{Requests: c.Requests, Errors: c.Errors, ErrorsByCode: map[string]int64{},
 		ByStatus: map[string]int64{}, Tokens: c.Tokens}
 	for k, v := range c.ErrorsByCode {
@@ -87,9 +89,9 @@ func accountRef(pool *accounts.Pool, id string) (*int, *string) {
 	return &i, &label
 }
 
-func toUsageBody(dir string, rep rotation.UsageReport, err error, pool *accounts.Pool) usageBody {
+func toUsageBody(dir string, rep usage.Report, err error, pool *accounts.Pool) usageBody {
 	b := usageBody{Path: filepath.Join(dir, home.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
-		OldestRecord: rotation.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
+		OldestRecord: view.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
 	if err != nil {
 		msg := err.Error()
 		b.Error = &msg
@@ -152,7 +154,7 @@ func cmdReport(a *app, args []string) error {
 		f := sel.Forecast()
 		fc = &f
 	}
-	rep, uerr := rotation.SummarizeUsage(st.Dir(), now, rotation.ReportWindows)
+	rep, uerr := usage.Summarize(st.Dir(), now, usage.ReportWindows)
 	usage := toUsageBody(st.Dir(), rep, uerr, pool)
 	if *asJSON {
 		var fb *ForecastBody
@@ -178,7 +180,7 @@ func cmdReport(a *app, args []string) error {
 	return nil
 }
 
-func printReport(w io.Writer, pal palette, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep rotation.UsageReport, uerr error, pool *accounts.Pool) error {
+func printReport(w io.Writer, pal palette, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep usage.Report, uerr error, pool *accounts.Pool) error {
 	fmt.Fprintf(w, "rotor report, %s\n\n", now.Format("2006-01-02 15:04 MST"))
 	printStoreHealth(w, h)
 	if fc != nil {
@@ -246,14 +248,14 @@ func indexList(xs []int) string {
 // usageCols are the columns of every usage table, after its first.
 const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tOUTPUT\tREASONING"
 
-func usageRow(c *rotation.UsageCounts) string {
+func usageRow(c *usage.Counts) string {
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", diagCount(c.Requests), diagCount(c.Errors), diagCount(c.Tokens.Input),
 		diagCount(c.Tokens.Cached), diagCount(c.Tokens.Output), diagCount(c.Tokens.Reasoning))
 }
 
 // printUsage writes the totals per window, then, for each window with
 // requests, the split by account and by model and the errors by code.
-func printUsage(w io.Writer, now time.Time, rep rotation.UsageReport, uerr error, pool *accounts.Pool) error {
+func printUsage(w io.Writer, now time.Time, rep usage.Report, uerr error, pool *accounts.Pool) error {
 	if uerr != nil {
 		fmt.Fprintf(w, "Usage:   cannot read the usage log: %v\n", uerr)
 		return nil

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // diagHome is a cliHome whose accounts are written straight to disk
@@ -100,7 +102,7 @@ func TestDiagForecastCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
 	p := h.prep.Write(hometest.APIKey("work", "sk-1"), hometest.APIKey("limited", "sk-2"), hometest.Account{Kind: accounts.KindAPIKey, Label: "off", Enabled: false})
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.dir, clock.System{})
 	rt.RateLimited(p.Accounts[1].ID, time.Now().Add(10*time.Minute))
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)
@@ -365,13 +367,13 @@ func TestDiagReportCommand(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
 	p := h.prep.Write(hometest.APIKey("work", "sk-1"), hometest.APIKey("alt", "sk-2"))
-	log, err := rotation.OpenUsageLog(h.dir)
+	log, err := usage.Open(h.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	tok := &rotation.Tokens{Input: 1200, Cached: 1000, Output: 300, Reasoning: 100, Total: 1500}
-	for _, u := range []rotation.Usage{
+	tok := &usage.Tokens{Input: 1200, Cached: 1000, Output: 300, Reasoning: 100, Total: 1500}
+	for _, u := range []usage.Record{
 		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok},
 		{Time: now.Add(-20 * time.Minute), AccountID: p.Accounts[1].ID, Model: "gpt-5-mini", Status: 200, Code: "stream_interrupted"},
 		{Time: now.Add(-5 * time.Hour), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok},

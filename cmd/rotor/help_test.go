@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -177,7 +178,7 @@ func TestQuotaBars(t *testing.T) {
 	t.Parallel()
 	h := newDiagHome(t)
 	p := h.prep.Write(hometest.APIKey("low", "sk-low"), hometest.APIKey("mid", "sk-mid"), hometest.APIKey("high", "sk-high"), hometest.APIKey("none", "sk-none"))
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.dir, clock.System{})
 	reset := time.Now().Add(2*time.Hour + 10*time.Minute + 30*time.Second)
 	for i, used := range []float64{30, 75, 95} {
 		rt.SetQuota(p.At(i+1).ID, rotation.Quota{

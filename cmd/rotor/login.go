@@ -60,7 +60,7 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
 	}
 	now := a.now()
-	acct, idx, created, err := saveChatGPT(st, sec, id, oauth.SecretFrom(t, now), label, now, nil)
+	acct, idx, created, err := accounts.SaveChatGPT(st, sec, id, oauth.SecretFrom(t, now), label, now, nil)
 	if err != nil {
 		return err
 	}

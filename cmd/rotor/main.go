@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 func main() {
@@ -19,7 +19,7 @@ func main() {
 		stderr:     os.Stderr,
 		getenv:     os.Getenv,
 		environ:    os.Environ,
-		clock:      rotation.SystemClock{},
+		clock:      clock.System{},
 		httpClient: &http.Client{},
 		stdinTTY:   term.IsTerminal(in),
 		stdoutTTY:  term.IsTerminal(int(os.Stdout.Fd())),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 func cmdRotation(a *app, args []string) error {
@@ -24,9 +25,9 @@ func cmdRotation(a *app, args []string) error {
 		return err
 	}
 	rows := sel.Status()
-	view := sel.View(rows)
+	st := view.StatusOf(sel, rows)
 	if *asJSON {
-		return a.exportJSON("rotation status", view)
+		return a.exportJSON("rotation status", st)
 	}
 	pinned := pool.Pinned()
 	if pinned > 0 {
@@ -34,10 +35,10 @@ func cmdRotation(a *app, args []string) error {
 	} else {
 		fmt.Fprintln(a.stdout, "Pinned: no (rotating)")
 	}
-	if view.Next.Index != nil {
-		fmt.Fprintf(a.stdout, "Next:   account %d (%s)\n\n", *view.Next.Index, view.Next.Reason)
+	if st.Next.Index != nil {
+		fmt.Fprintf(a.stdout, "Next:   account %d (%s)\n\n", *st.Next.Index, st.Next.Reason)
 	} else {
-		fmt.Fprintf(a.stdout, "Next:   none: %s\n\n", view.Next.Reason)
+		fmt.Fprintf(a.stdout, "Next:   none: %s\n\n", st.Next.Reason)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(a.stdout, "No accounts yet.")
@@ -49,7 +50,7 @@ func cmdRotation(a *app, args []string) error {
 	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\t%s\t%s\tLAST USED\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	for _, r := range rows {
 		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r)), r.Account.Label, r.Health,
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r, now)), r.Account.Label, r.Health,
 			pal.window(p, now), pal.window(s, now), ago(r.LastUsed, now))
 	}
 	return tw.Flush()

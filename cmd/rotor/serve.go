@@ -23,11 +23,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // proxyOptions are the flags serve and exec share.
@@ -95,7 +98,7 @@ type running struct {
 	cancel  context.CancelFunc
 	watched sync.WaitGroup
 	served  chan error
-	usage   *rotation.UsageLog
+	usage   *usage.Log
 	once    sync.Once
 	err     error
 }
@@ -114,42 +117,102 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := a.getenv("ROTOR_CLIENT_KEY")
-	if key == "" {
-		var b [32]byte
-		rand.Read(b[:])
-		key = hex.EncodeToString(b[:])
-	} else if len(key) < 32 {
-		return nil, rerr.Validation("ROTOR_CLIENT_KEY", "ROTOR_CLIENT_KEY must be at least 32 characters")
+	key, err := a.clientKey()
+	if err != nil {
+		return nil, err
 	}
 	a.warnExposedSecrets(st.Dir())
-	clock := a.clockOrSystem()
+	h, err := a.openServeHome(st, sec, o.account, log)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := a.newServer(o, key, h, log)
+	if err != nil {
+		h.usage.Close()
+		return nil, err
+	}
+	ln, err := proxy.Listen(o.host, o.port)
+	if err != nil {
+		h.usage.Close()
+		return nil, listenErr(err, st.Dir(), o.host, o.port)
+	}
+	if !slices.ContainsFunc(h.pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
+		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
+	}
+	return h.serve(srv, ln, key, log), nil
+}
+
+// clientKey is the key clients must present: ROTOR_CLIENT_KEY, or a
+// random one for this serve alone when it is unset.
+func (a *app) clientKey() (string, error) {
+	key := a.getenv("ROTOR_CLIENT_KEY")
+	switch {
+	case key == "":
+		var b [32]byte
+		rand.Read(b[:])
+		return hex.EncodeToString(b[:]), nil
+	case len(key) < 32:
+		return "", rerr.Validation("ROTOR_CLIENT_KEY", "ROTOR_CLIENT_KEY must be at least 32 characters")
+	}
+	return key, nil
+}
+
+// serveHome is what a serve opens of its ROTOR_HOME: the store and the
+// secrets, the pool, a selector over it on the shared runtime state, and
+// the usage log, all telling time by one clock.
+type serveHome struct {
+	st    *accounts.Store
+	sec   secrets.Store
+	pool  *accounts.Pool
+	sel   *rotation.Selector
+	usage *usage.Log
+	clock clock.Clock
+}
+
+// openServeHome loads st's pool, opens the selector over the shared
+// runtime state (with a random seed, so parallel proxies spread, SPEC §4)
+// and the usage log, and pins the process to account when it is set
+// (--account). A state.json that cannot be read is only warned about: the
+// proxy starts from fresh state.
+func (a *app) openServeHome(st *accounts.Store, sec secrets.Store, account string, log zerolog.Logger) (*serveHome, error) {
+	h := &serveHome{st: st, sec: sec, clock: a.clockOrSystem()}
 	var seed [8]byte
 	rand.Read(seed[:])
-	h, stateErr, err := proxy.OpenHome(st, clock, binary.LittleEndian.Uint64(seed[:]))
-	if err != nil {
+	var err error
+	if h.pool, err = st.Load(); err != nil {
+		return nil, err
+	}
+	sel, stateErr := rotation.Open(st.Dir(), h.pool, h.clock, binary.LittleEndian.Uint64(seed[:]))
+	h.sel = sel
+	if h.usage, err = usage.OpenWith(st.Dir(), usage.Options{Clock: h.clock}); err != nil {
 		return nil, err
 	}
 	if stateErr != nil {
 		log.Warn().Err(stateErr).Msg("cannot read shared state; starting fresh")
 	}
-	pool, sel, usage := h.Pool, h.Selector, h.Usage
-	if o.account != "" {
-		i, err := pool.Resolve(o.account)
+	if account != "" {
+		i, err := h.pool.Resolve(account)
 		if err != nil {
-			usage.Close()
+			h.usage.Close()
 			return nil, err
 		}
-		sel.SetProcessPin(pool.At(i).ID)
+		h.sel.SetProcessPin(h.pool.At(i).ID)
 	}
-	deps := h.Deps(sec, clock, log)
-	deps.Refresher = newRefresher(a, st.Dir(), sec, func(id, reason string) error {
-		_, err := st.Flag(id, reason, false)
+	return h, nil
+}
+
+// newServer builds the proxy over h, configured by o and guarded by key,
+// with its token refresh (which flags an account whose refresh token is
+// dead) and its dashboard.
+func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Logger) (*proxy.Server, error) {
+	deps := proxy.Deps{Selector: h.sel, Secrets: h.sec, Flagger: h.st, Usage: h.usage, Clock: h.clock, Log: log}
+	deps.Refresher = newRefresher(a, h.st.Dir(), h.sec, func(id, reason string) error {
+		_, err := h.st.Flag(id, reason, false)
 		return err
 	})
-	deps.Pages = dashboard.New(dashboard.Config{ClientKey: key, Pool: sel, Store: st, Clock: clock, Log: log,
-		Usage: dashboard.NewUsage(rotation.NewUsageTail(st.Dir()), 2*time.Second)})
-	srv, err := proxy.New(proxy.Config{
+	deps.Pages = dashboard.New(dashboard.Config{ClientKey: key, Pool: h.sel, Store: h.st, Clock: h.clock, Log: log,
+		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second)})
+	return proxy.New(proxy.Config{
 		ClientKey:       key,
 		MaxBody:         o.maxBody,
 		MaxAttempts:     o.maxAttempts,
@@ -158,37 +221,31 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 		ChatGPTBase:     strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
 		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
 	}, deps)
-	if err != nil {
-		usage.Close()
-		return nil, err
-	}
-	ln, err := proxy.Listen(o.host, o.port)
-	if err != nil {
-		usage.Close()
-		return nil, listenErr(err, st.Dir(), o.host, o.port)
-	}
-	if !slices.ContainsFunc(pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
-		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
-	}
+}
+
+// serve starts srv on ln, and a watcher that brings other rotor
+// processes' news into h's selector, and returns them as one running
+// proxy, which stop ends.
+func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log zerolog.Logger) *running {
 	r := &running{
 		url:    "http://" + ln.Addr().(*net.TCPAddr).String() + "/v1",
 		key:    key,
-		home:   st.Dir(),
+		home:   h.st.Dir(),
 		srv:    srv,
 		served: make(chan error, 1),
-		usage:  usage,
+		usage:  h.usage,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.watched.Add(1)
 	go func() {
 		defer r.watched.Done()
-		rotation.Watch(ctx, st, sel, rotation.WatchInterval, func(err error) {
+		rotation.Watch(ctx, h.st, h.sel, rotation.WatchInterval, func(err error) {
 			log.Warn().Err(err).Msg("cannot sync with ROTOR_HOME")
 		})
 	}()
 	go func() { r.served <- srv.Serve(ln) }()
-	return r, nil
+	return r
 }
 
 // stop drains in-flight requests (at most proxy.DrainTimeout), then

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/hometest"
 	"github.com/rotorproxy/rotor/rotation"
@@ -228,7 +229,7 @@ func TestHomeIsPrivate(t *testing.T) {
 	h.ok("", "disable", "1")
 	h.ok("", "unpin")
 	pool := h.pool()
-	rt := rotation.NewRuntime(h.dir, rotation.SystemClock{})
+	rt := rotation.NewRuntime(h.dir, clock.System{})
 	rt.Cooldown(pool.At(2).ID, "server-error", time.Minute)
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)

@@ -22,8 +22,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
+	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 //go:embed static
@@ -32,7 +35,7 @@ var static embed.FS
 // Pool is the live pool: *rotation.Selector.
 type Pool interface {
 	Status() []rotation.AccountStatus
-	View(rows []rotation.AccountStatus) rotation.StatusView
+	view.Selector
 }
 
 // Store changes the pool on disk: *accounts.Store. The serve's watcher
@@ -47,7 +50,7 @@ type Config struct {
 	Pool      Pool
 	Store     Store
 	Usage     *Usage
-	Clock     rotation.Clock
+	Clock     clock.Clock
 	Log       zerolog.Logger
 	// Tick is how often an open page's stream looks for news (default 1s).
 	Tick time.Duration
@@ -71,7 +74,7 @@ func New(cfg Config) *Dashboard {
 		cfg.Tick = time.Second
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = rotation.SystemClock{}
+		cfg.Clock = clock.System{}
 	}
 	return &Dashboard{cfg: cfg, streams: make(chan struct{}, maxStreams)}
 }
@@ -301,7 +304,7 @@ func stripNow(snap []byte) []byte {
 // card is one account on the page: its status view and what the buttons
 // need.
 type card struct {
-	rotation.AccountView
+	view.Account
 	Kind    string `json:"kind"`
 	Enabled bool   `json:"enabled"`
 	Pinned  bool   `json:"pinned"`
@@ -310,21 +313,21 @@ type card struct {
 // snapshot is what the page shows, as JSON. "now" comes first (stripNow).
 func (d *Dashboard) snapshot() []byte {
 	rows := d.cfg.Pool.Status()
-	v := d.cfg.Pool.View(rows)
+	v := view.StatusOf(d.cfg.Pool, rows)
 	cards := make([]card, len(rows))
 	index := make(map[string]int, len(rows))
 	for i, r := range rows {
-		cards[i] = card{AccountView: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
+		cards[i] = card{Account: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
 		index[r.Account.ID] = r.Index
 	}
 	now := d.cfg.Clock.Now()
 	out := struct {
-		Now                string            `json:"now"`
-		PinnedAccountIndex *int              `json:"pinned_account_index"`
-		PinSource          *string           `json:"pin_source"`
-		Next               rotation.PickView `json:"next"`
-		Accounts           []card            `json:"accounts"`
-		Usage              UsageView         `json:"usage"`
+		Now                string    `json:"now"`
+		PinnedAccountIndex *int      `json:"pinned_account_index"`
+		PinSource          *string   `json:"pin_source"`
+		Next               view.Pick `json:"next"`
+		Accounts           []card    `json:"accounts"`
+		Usage              UsageView `json:"usage"`
 	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, index)}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -335,7 +338,7 @@ func (d *Dashboard) snapshot() []byte {
 
 // Usage keeps the running sums the charts and the recent requests need:
 // requests and tokens per account per hour for the last 7 days, and the
-// last 50 records. It follows the usage log (rotation.UsageTail), reading
+// last 50 records. It follows the usage log (usage.Tail), reading
 // only what was appended, at most once per interval: however long the log
 // and however busy the proxy, the dashboard holds a few kilobytes per
 // account and reads each record once.
@@ -346,13 +349,13 @@ type Usage struct {
 	mu     sync.Mutex
 	lookAt time.Time
 	hours  map[string]map[int64]*bucket // account id -> hour (Unix seconds) -> sums
-	recent [recentRequests]rotation.Usage
+	recent [recentRequests]usage.Record
 	n      int // records ever put in recent
 }
 
-// Tail is the usage log read incrementally: *rotation.UsageTail.
+// Tail is the usage log read incrementally: *usage.Tail.
 type Tail interface {
-	Read(reset func(), fn func(rotation.Usage)) error
+	Read(reset func(), fn func(usage.Record)) error
 }
 
 type bucket struct {
@@ -456,7 +459,7 @@ func (u *Usage) update(now time.Time) {
 	}
 	u.lookAt = now
 	since := now.Add(-7*24*time.Hour - time.Hour).Unix()
-	add := func(r rotation.Usage) {
+	add := func(r usage.Record) {
 		h := r.Time.Truncate(time.Hour).Unix()
 		if h < since {
 			return

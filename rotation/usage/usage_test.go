@@ -1,33 +1,34 @@
-package rotation
+package usage
 
 import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/rotorproxy/rotor/accounts/home"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rotorproxy/rotor/accounts/home"
 )
 
-func usageRec(at time.Time, acct, model string, status int, code string, tok *Tokens) Usage {
-	return Usage{Time: at, RequestID: fmt.Sprintf("req-%d", at.UnixNano()), AccountID: acct, Model: model,
+func usageRec(at time.Time, acct, model string, status int, code string, tok *Tokens) Record {
+	return Record{Time: at, RequestID: fmt.Sprintf("req-%d", at.UnixNano()), AccountID: acct, Model: model,
 		Status: status, Code: code, Tokens: tok, DurMS: 10}
 }
 
 func TestUsageSummaryWindows(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	log, err := OpenUsageLog(dir)
+	log, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
 	tok := &Tokens{Input: 100, Cached: 40, Output: 10, Reasoning: 5, Total: 110}
-	for _, r := range []Usage{
+	for _, r := range []Record{
 		usageRec(now.Add(-30*time.Minute), "a1", "gpt-5", 200, "", tok),
 		usageRec(now.Add(-40*time.Minute), "a2", "gpt-5-mini", 200, "stream_interrupted", nil),
 		usageRec(now.Add(-2*time.Hour), "a1", "gpt-5", 500, "", nil),
@@ -41,7 +42,7 @@ func TestUsageSummaryWindows(t *testing.T) {
 	}
 	log.Append(usageRec(now, "a1", "gpt-5", 200, "", nil)) // after Close: dropped, no panic
 
-	rep, err := SummarizeUsage(dir, now, ReportWindows)
+	rep, err := Summarize(dir, now, ReportWindows)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestUsageSkipsDamagedLines(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, home.UsageFile), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
+	rep, err := Summarize(dir, now.Add(time.Second), ReportWindows)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestUsageSkipsDamagedLines(t *testing.T) {
 		t.Errorf("records %d skipped %d, want 1 and 3", rep.Records, rep.Skipped)
 	}
 	// A missing log is empty, not an error.
-	if rep, err := SummarizeUsage(t.TempDir(), now, ReportWindows); err != nil || rep.Records != 0 {
+	if rep, err := Summarize(t.TempDir(), now, ReportWindows); err != nil || rep.Records != 0 {
 		t.Errorf("missing log: %+v %v", rep, err)
 	}
 }
@@ -105,7 +106,7 @@ func TestUsageTornLastLineDoesNotSwallowTheNext(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, home.UsageFile), append(append(good, '\n'), good[:25]...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log, err := OpenUsageLog(dir)
+	log, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,14 +114,14 @@ func TestUsageTornLastLineDoesNotSwallowTheNext(t *testing.T) {
 	log.Append(usageRec(now, "a3", "m", 200, "", nil))
 	log.Close()
 	var ids []string
-	skipped, err := ReadUsage(dir, func(u Usage) { ids = append(ids, u.AccountID) })
+	skipped, err := Read(dir, func(u Record) { ids = append(ids, u.AccountID) })
 	if err != nil || skipped != 1 || strings.Join(ids, ",") != "a1,a2,a3" {
 		t.Errorf("records %v, skipped %d (%v); want a1,a2,a3 and the torn line skipped", ids, skipped, err)
 	}
 }
 
 // usageLines reads every line of a file and checks each is a record.
-func usageLines(t *testing.T, path string) []Usage {
+func usageLines(t *testing.T, path string) []Record {
 	t.Helper()
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -130,7 +131,7 @@ func usageLines(t *testing.T, path string) []Usage {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []Usage
+	var out []Record
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if len(sc.Bytes()) == 0 {
@@ -139,7 +140,7 @@ func usageLines(t *testing.T, path string) []Usage {
 			// an empty line, which readers skip. Records are never glued.
 			continue
 		}
-		var u Usage
+		var u Record
 		if err := json.Unmarshal(sc.Bytes(), &u); err != nil {
 			t.Fatalf("%s: torn or interleaved line %q", filepath.Base(path), sc.Text())
 		}
@@ -152,7 +153,7 @@ func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	const max = 4096
-	log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: max})
+	log, err := OpenWith(dir, Options{MaxBytes: max})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,12 +198,12 @@ func TestUsageRotatesAtSizeKeepingOneOldFile(t *testing.T) {
 func TestUsageFollowsRotationByAnotherWriter(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	a, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 1024, CheckEvery: 1 << 20, CheckInterval: time.Hour})
+	a, err := OpenWith(dir, Options{MaxBytes: 1024, CheckEvery: 1 << 20, CheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 1 << 20, CheckEvery: 1, CheckInterval: time.Hour})
+	b, err := OpenWith(dir, Options{MaxBytes: 1 << 20, CheckEvery: 1, CheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,9 +253,9 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	now := time.Now().UTC()
-	var logs []*UsageLog
+	var logs []*Log
 	for w := range 3 {
-		log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 8 << 10, CheckEvery: 4})
+		log, err := OpenWith(dir, Options{MaxBytes: 8 << 10, CheckEvery: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +277,7 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 	}
 	usageLines(t, filepath.Join(dir, home.UsageFile))
 	usageLines(t, filepath.Join(dir, home.UsageOldFile))
-	rep, err := SummarizeUsage(dir, now.Add(time.Second), ReportWindows)
+	rep, err := Summarize(dir, now.Add(time.Second), ReportWindows)
 	if err != nil || rep.Skipped != 0 || rep.Records == 0 {
 		t.Errorf("records %d skipped %d err %v", rep.Records, rep.Skipped, err)
 	}
@@ -290,7 +291,7 @@ func TestUsageConcurrentWritersRotate(t *testing.T) {
 func TestUsageLineIsEncodingJSONs(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 24, 22, 10, 35, 123456789, time.UTC)
-	recs := []Usage{
+	recs := []Record{
 		usageRec(at, "a1", "gpt-5", 200, "", &Tokens{Input: 1000, Cached: 5, Output: 100, Reasoning: 7, Total: 1100}),
 		usageRec(at.Truncate(time.Second), "a2", "", 429, "usage_limit_reached", nil),
 		{Time: at, RequestID: "rotor_x", AccountID: "a3", Status: 499, Code: "client_closed", TTFBMS: 12, DurMS: 0},
@@ -314,7 +315,7 @@ func FuzzUsageLine(f *testing.F) {
 	f.Add("gpt-5", "usage_limit_reached", int64(3))
 	f.Add("<\"\\\u2028\xff>", "", int64(-1))
 	f.Fuzz(func(t *testing.T, model, code string, n int64) {
-		rec := Usage{Time: time.Unix(0, n).UTC(), RequestID: model + code, AccountID: code, Model: model,
+		rec := Record{Time: time.Unix(0, n).UTC(), RequestID: model + code, AccountID: code, Model: model,
 			Status: int(n % 600), Code: code, Tokens: &Tokens{Input: n, Total: -n}, TTFBMS: n % 3, DurMS: n}
 		want, err := json.Marshal(rec)
 		if err != nil {
@@ -327,7 +328,7 @@ func FuzzUsageLine(f *testing.F) {
 }
 
 func BenchmarkUsageAppend(b *testing.B) {
-	log, err := OpenUsageLog(b.TempDir())
+	log, err := Open(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -339,19 +340,19 @@ func BenchmarkUsageAppend(b *testing.B) {
 	}
 }
 
-// A UsageTail delivers each record once: what was appended since the last
+// A Tail delivers each record once: what was appended since the last
 // Read, never a line still being written, and everything again (after a
 // reset) once the log rotates.
 func TestUsageTail(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tail := NewUsageTail(dir)
+	tail := NewTail(dir)
 	defer tail.Close()
 	var got []string
 	resets := 0
 	read := func() {
 		t.Helper()
-		if err := tail.Read(func() { resets++; got = nil }, func(u Usage) { got = append(got, u.RequestID) }); err != nil {
+		if err := tail.Read(func() { resets++; got = nil }, func(u Record) { got = append(got, u.RequestID) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -359,12 +360,12 @@ func TestUsageTail(t *testing.T) {
 	if resets != 0 || len(got) != 0 {
 		t.Fatalf("empty home: %d resets, %v", resets, got)
 	}
-	log, err := OpenUsageLogWith(dir, UsageOptions{MaxBytes: 600, CheckEvery: 1})
+	log, err := OpenWith(dir, Options{MaxBytes: 600, CheckEvery: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	rec := func(id string) Usage { return Usage{Time: time.Now(), RequestID: id, AccountID: "a", Status: 200} }
+	rec := func(id string) Record { return Record{Time: time.Now(), RequestID: id, AccountID: "a", Status: 200} }
 	log.Append(rec("r1"))
 	log.Append(rec("r2"))
 	log.Flush()
@@ -424,18 +425,18 @@ func TestUsageTail(t *testing.T) {
 
 // Append does not wait for the disk: a record reaches the file within
 // FlushAfter on its own, at once on Flush, and the queue never grows past
-// usageBatchMax before it is written.
+// batchMax before it is written.
 func TestUsageAppendWritesBehind(t *testing.T) {
 	t.Parallel()
 	now := time.Now().UTC()
 	count := func(dir string) int {
 		n := 0
-		ReadUsage(dir, func(Usage) { n++ })
+		Read(dir, func(Record) { n++ })
 		return n
 	}
 
 	dir := t.TempDir()
-	log, err := OpenUsageLogWith(dir, UsageOptions{FlushAfter: time.Hour})
+	log, err := OpenWith(dir, Options{FlushAfter: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,16 +450,16 @@ func TestUsageAppendWritesBehind(t *testing.T) {
 		t.Fatalf("%d records after Flush, want 1", n)
 	}
 	line, _ := json.Marshal(usageRec(now, "a1", "m", 200, "", nil))
-	full := usageBatchMax/(len(line)+1) + 1
+	full := batchMax/(len(line)+1) + 1
 	for range full {
 		log.Append(usageRec(now, "a1", "m", 200, "", nil))
 	}
 	if n := count(dir); n != 1+full {
-		t.Fatalf("%d records after a full queue, want %d: the queue must be written once it holds %d bytes", n, 1+full, usageBatchMax)
+		t.Fatalf("%d records after a full queue, want %d: the queue must be written once it holds %d bytes", n, 1+full, batchMax)
 	}
 
 	dir = t.TempDir()
-	soon, err := OpenUsageLogWith(dir, UsageOptions{FlushAfter: 20 * time.Millisecond})
+	soon, err := OpenWith(dir, Options{FlushAfter: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

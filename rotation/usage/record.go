@@ -1,0 +1,111 @@
+// Package usage keeps usage.jsonl, the log of finished requests every
+// rotor process on one ROTOR_HOME appends to: the writer (Log), which
+// queues records and writes them behind the answer, bounded by rotation to
+// usage.jsonl.1; the readers (Read, and Tail for a reader that keeps
+// running sums); and the summaries `rotor report` prints (Summarize).
+package usage
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Tokens are the token counts of one response.
+type Tokens struct {
+	Input     int64 `json:"input"`
+	Cached    int64 `json:"cached"`
+	Output    int64 `json:"output"`
+	Reasoning int64 `json:"reasoning"`
+	Total     int64 `json:"total"`
+}
+
+// Add adds o to t.
+func (t *Tokens) Add(o Tokens) {
+	t.Input += o.Input
+	t.Cached += o.Cached
+	t.Output += o.Output
+	t.Reasoning += o.Reasoning
+	t.Total += o.Total
+}
+
+// Record is one line of usage.jsonl: a finished request.
+type Record struct {
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id"`
+	AccountID string    `json:"account_id"`
+	Model     string    `json:"model,omitempty"`
+	Status    int       `json:"status"`
+	Code      string    `json:"code,omitempty"`
+	Tokens    *Tokens   `json:"tokens,omitempty"`
+	TTFBMS    int64     `json:"ttfb_ms,omitempty"`
+	DurMS     int64     `json:"duration_ms"`
+}
+
+// AppendJSON appends u's line of usage.jsonl to b: the bytes
+// json.Marshal(u) makes, without its reflection and its allocations, since
+// every request writes one. A string that needs escaping (quotes,
+// backslashes, control characters, <, > and &) or is not plain ASCII goes
+// through json.Marshal, so escaping stays exactly encoding/json's.
+func (u *Record) AppendJSON(b []byte) []byte {
+	b = append(b, `{"time":"`...)
+	b = u.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","request_id":`...)
+	b = appendJSONString(b, u.RequestID)
+	b = append(b, `,"account_id":`...)
+	b = appendJSONString(b, u.AccountID)
+	if u.Model != "" {
+		b = append(b, `,"model":`...)
+		b = appendJSONString(b, u.Model)
+	}
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(u.Status), 10)
+	if u.Code != "" {
+		b = append(b, `,"code":`...)
+		b = appendJSONString(b, u.Code)
+	}
+	if t := u.Tokens; t != nil {
+		for _, f := range [...]struct {
+			name string
+			v    int64
+		}{{`,"tokens":{"input":`, t.Input}, {`,"cached":`, t.Cached}, {`,"output":`, t.Output},
+			{`,"reasoning":`, t.Reasoning}, {`,"total":`, t.Total}} {
+			b = strconv.AppendInt(append(b, f.name...), f.v, 10)
+		}
+		b = append(b, '}')
+	}
+	if u.TTFBMS != 0 {
+		b = append(b, `,"ttfb_ms":`...)
+		b = strconv.AppendInt(b, u.TTFBMS, 10)
+	}
+	b = append(b, `,"duration_ms":`...)
+	b = strconv.AppendInt(b, u.DurMS, 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string, as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // escapes, HTML-safe ones and invalid UTF-8 too
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// ErrorCode is the code a usage record is counted under as an error, or ""
+// when the request succeeded: its own code (stream_interrupted,
+// client_closed, a response.failed code...), else "http_<status>" for an
+// HTTP error status.
+func (u *Record) ErrorCode() string {
+	if u.Code != "" {
+		return u.Code
+	}
+	if u.Status >= 400 {
+		return "http_" + strconv.Itoa(u.Status)
+	}
+	return ""
+}
