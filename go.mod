@@ -5,13 +5,14 @@ go 1.26
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
+	github.com/fasthttp/websocket v1.5.12
 	github.com/rs/zerolog v1.35.1
 	github.com/tidwall/gjson v1.20.0
 	github.com/tidwall/sjson v1.2.7
 	github.com/valyala/fasthttp v1.73.0
 	github.com/zalando/go-keyring v0.2.8
 	golang.org/x/sys v0.47.0
-	golang.org/x/term v0.38.0
+	golang.org/x/term v0.45.0
 )
 
 require (
@@ -22,7 +23,9 @@ require (
 	github.com/klauspost/compress v1.19.1 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/savsgio/gotils v0.0.0-20240704082632-aef3928b8a38 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
 )

@@ -214,3 +214,29 @@ func appendField(b []byte, key string, v any, comma bool) []byte {
 	}
 	return append(b, enc...)
 }
+
+// Frame is r as a Responses WebSocket error frame (SPEC §10), the shape
+// Codex CLI reads: {"type":"error","status":N,"error":{…},"headers":{…}}.
+// headers are the ones an HTTP answer would carry, as name and value
+// pairs; retry-after-ms and retry-after are added from r.
+func (r Response) Frame(headers [][2]string) []byte {
+	b := make([]byte, 0, len(r.Body)+64)
+	b = append(b, `{"type":"error","status":`...)
+	b = strconv.AppendInt(b, int64(r.Status), 10)
+	b = append(b, ',')
+	b = append(b, r.Body[1:len(r.Body)-1]...) // "error":{…}
+	if ms := r.RetryAfterMS(); ms != "" {
+		headers = append(headers, [2]string{"retry-after-ms", ms}, [2]string{"retry-after", r.RetryAfterSeconds()})
+	}
+	if len(headers) > 0 {
+		b = append(b, `,"headers":{`...)
+		for i, h := range headers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendField(b, h[0], h[1], false)
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"slices"
@@ -311,7 +312,7 @@ func (s *Server) finish(r *request, e ending) {
 			ev = ev.AnErr("upstream_error", e.err)
 		}
 	}
-	ev = ev.Str("request_id", r.id)
+	ev = ev.Str("request_id", r.id).Str("transport", cmp.Or(r.transport, "http"))
 	if index > 0 {
 		ev = ev.Int("account", index)
 	}

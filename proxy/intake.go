@@ -50,7 +50,7 @@ var routes = map[string]route{
 }
 
 // surface is the list of routes a 404 names.
-const surface = "POST /v1/responses, POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models and GET /healthz"
+const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models and GET /healthz"
 
 // newRequestID returns an id for logs and payloads. It needs to be unique,
 // not secret, so a fast PRNG does.
@@ -95,6 +95,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if page {
 		s.deps.Pages.ServePage(ctx)
+		return
+	}
+	if upgradeRequested(&ctx.Request.Header) && socketPaths[string(ctx.Path())] {
+		s.acceptSocket(ctx, r)
 		return
 	}
 	rt, ok := routes[string(ctx.Path())]

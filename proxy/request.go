@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"strings"
 	"time"
@@ -16,9 +17,10 @@ import (
 // what the client asked for, read once, and what the loop has learnt
 // about it so far.
 type request struct {
-	id    string // x-request-id, in logs and payloads
-	op    op
-	start time.Time
+	id        string // x-request-id, in logs and payloads
+	op        op
+	start     time.Time
+	transport string // how it came in, when not as an HTTP request: transportWebSocket
 	// header and query are the client's; they, like body, are valid
 	// until the request is finished.
 	header *fasthttp.RequestHeader
@@ -33,6 +35,9 @@ type request struct {
 	codexClient bool         // a models request from Codex CLI: it gets the catalog as is
 	model       string
 	affinityKey string
+	// fallbackAffinity is the conversation of a request that names none:
+	// a socket's requests stay together (socket.create).
+	fallbackAffinity string
 
 	// edited is the body as an adapter that edits bodies made it, once
 	// per request (chatgptAdapter.body).
@@ -85,7 +90,7 @@ func (r *request) read() *rerr.Spec {
 		f = readFields(r.body, r.scan.members)
 		r.model = strings.Clone(f.model) // outlives the pooled body in logs
 	}
-	r.affinityKey = affinityKey(r.header, f)
+	r.affinityKey = cmp.Or(affinityKey(r.header, f), r.fallbackAffinity)
 	return nil
 }
 

@@ -162,6 +162,7 @@ type Server struct {
 	secrets   *secretCache
 	endpoints *endpoints
 	adapters  *Adapters
+	sockets   socketSet
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -219,9 +220,13 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting connections and waits for in-flight requests,
-// streams included, to finish, at most until ctx ends.
+// streams and WebSocket answers included, to finish, at most until ctx
+// ends. Open WebSockets are closed with 1001 (going away).
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
+	// fasthttp has handed sockets over: each closes with 1001 once the
+	// response it is answering has ended.
+	err = errors.Join(err, s.sockets.shutdown(ctx))
 	s.client.CloseIdleConnections()
 	return err
 }

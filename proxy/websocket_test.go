@@ -1,0 +1,355 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
+)
+
+// dialSocket opens a Responses WebSocket on e as Codex CLI does, with the
+// client key; hdr adds or overrides headers.
+func (e *env) dialSocket(path string, hdr ...string) (*websocket.Conn, *http.Response, error) {
+	e.t.Helper()
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+testKey)
+	h.Set("OpenAI-Beta", "responses_websockets=2026-02-06")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		h.Set(hdr[i], hdr[i+1])
+	}
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, EnableCompression: true}
+	url := "ws" + strings.TrimPrefix(e.base, "http") + path
+	return d.Dial(url, h)
+}
+
+// openSocket is dialSocket that must succeed; the socket is closed when
+// the test ends.
+func (e *env) openSocket(hdr ...string) *websocket.Conn {
+	e.t.Helper()
+	c, resp, err := e.dialSocket("/v1/responses", hdr...)
+	if err != nil {
+		e.t.Fatalf("handshake: %v (%v)", err, resp)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// frame is one frame read from a socket and when it came.
+type frame struct {
+	data []byte
+	at   time.Time
+}
+
+// turn sends one response.create and reads frames until the answer ends:
+// a final event, or an error frame.
+func turn(t *testing.T, c *websocket.Conn, create string) []frame {
+	t.Helper()
+	if err := c.WriteMessage(websocket.TextMessage, []byte(create)); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	var out []frame
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, b, err := c.ReadMessage()
+		if err != nil {
+			t.Fatalf("after %d frames: %v", len(out), err)
+		}
+		out = append(out, frame{b, time.Now()})
+		switch gjson.GetBytes(b, "type").Str {
+		case "response.completed", "response.failed", "response.incomplete", "error":
+			return out
+		}
+	}
+}
+
+func types(fs []frame) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, gjson.GetBytes(f.data, "type").Str)
+	}
+	return out
+}
+
+// fixtureData is the data payloads of a recorded SSE stream, in order.
+func fixtureData(t *testing.T, name string) [][]byte {
+	t.Helper()
+	raw, err := os.ReadFile("../testdata/sse/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, []byte(d))
+		}
+	}
+	return out
+}
+
+const createFrame = `{"type":"response.create","model":"gpt-5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}]}`
+
+func TestSocketHandshakePassesTheGuardFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	cases := []struct {
+		name   string
+		hdr    []string
+		status int
+	}{
+		{"no key", []string{"Authorization", "Bearer wrong-key-0123456789abcdef0123456789"}, 401},
+		{"foreign origin", []string{"Origin", "https://evil.example"}, 403},
+		{"foreign host", []string{"Host", "evil.example"}, 403},
+	}
+	for _, tc := range cases {
+		_, resp, err := e.dialSocket("/v1/responses", tc.hdr...)
+		if err == nil || resp == nil || resp.StatusCode != tc.status {
+			t.Errorf("%s: want %d before any upgrade, got %v (%v)", tc.name, tc.status, resp, err)
+		}
+	}
+	for _, path := range []string{"/v1/responses", "/responses", "/backend-api/codex/responses"} {
+		c, resp, err := e.dialSocket(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if got := resp.Header.Get("Sec-WebSocket-Extensions"); !strings.HasPrefix(got, "permessage-deflate") {
+			t.Errorf("%s: permessage-deflate offered but not taken: %q", path, got)
+		}
+		c.Close()
+	}
+}
+
+func TestSocketRelaysEveryEventAsItsOwnFrame(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	e.up.Set("k1", upstreamtest.Behavior{EventDelay: 40 * time.Millisecond})
+	c := e.openSocket("session-id", "sess-1")
+	got := turn(t, c, createFrame)
+	want := fixtureData(t, "hello.sse")
+	for i := range want { // the fake answers with the model asked for
+		want[i] = bytes.ReplaceAll(want[i], []byte(`"gpt-5-2025-08-07"`), []byte(`"gpt-5"`))
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d frames %v, want %d", len(got), types(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i].data, want[i]) {
+			t.Errorf("frame %d differs from the upstream's event:\n got %s\nwant %s", i, got[i].data, want[i])
+		}
+	}
+	// The events were spread out upstream; so are the frames: the output
+	// reached the client while the upstream was still sending.
+	if spread := got[len(got)-1].at.Sub(got[2].at); spread < time.Duration(len(want)-4)*30*time.Millisecond {
+		t.Errorf("frames came in a burst (%s from the first output to the end)", spread)
+	}
+	rec := e.up.Requests()
+	if len(rec) != 1 || rec[0].Path != "/v1/responses" || gjson.GetBytes(rec[0].Body, "type").Exists() ||
+		!gjson.GetBytes(rec[0].Body, "stream").Bool() {
+		t.Fatalf("upstream got %+v", rec)
+	}
+	if rec[0].Header.Get("session-id") != "sess-1" || rec[0].Header.Get("Sec-WebSocket-Key") != "" {
+		t.Errorf("upstream headers: %v", rec[0].Header)
+	}
+	// The socket stays open for the next turn.
+	if got := turn(t, c, createFrame); types(got)[len(got)-1] != "response.completed" {
+		t.Errorf("second turn: %v", types(got))
+	}
+}
+
+func TestSocketFailsOverBeforeOutputAndSaysWhyInAnErrorFrame(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+	e.up.Set("k1", upstreamtest.Behavior{Status: 429})
+	c := e.openSocket("session-id", "sess-2")
+	got := turn(t, c, createFrame)
+	if types(got)[len(got)-1] != "response.completed" || e.up.Count("k2") != 1 {
+		t.Fatalf("no failover to k2: %v, k2 saw %d", types(got), e.up.Count("k2"))
+	}
+	// Now every account is at its limit: an error frame in the shape
+	// Codex reads, and the socket survives it.
+	e.up.Set("k2", upstreamtest.Behavior{Status: 429})
+	e.sel.Runtime().Clear(e.id(1)) // let k1 be tried again too
+	got = turn(t, c, createFrame)
+	last := got[len(got)-1].data
+	if gjson.GetBytes(last, "type").Str != "error" || gjson.GetBytes(last, "status").Int() != 429 ||
+		gjson.GetBytes(last, "error.code").Str != "codex_runtime_rotation_pool_exhausted" ||
+		gjson.GetBytes(last, "error.type").Str != "usage_limit_reached" || !gjson.GetBytes(last, "error.resets_at").Exists() ||
+		gjson.GetBytes(last, "headers.retry-after-ms").Str == "" {
+		t.Fatalf("error frame: %s", last)
+	}
+	e.up.Set("k1", upstreamtest.Behavior{})
+	e.sel.Runtime().Clear(e.id(1))
+	if got := turn(t, c, createFrame); types(got)[len(got)-1] != "response.completed" {
+		t.Errorf("socket did not survive the error: %v", types(got))
+	}
+}
+
+func TestSocketWarmUpThenTurnSendsTheWholeConversation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	c := e.openSocket("session-id", "sess-3")
+	warm := `{"type":"response.create","model":"gpt-5","generate":false,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"first"}]}]}`
+	got := turn(t, c, warm)
+	if strings.Join(types(got), ",") != "response.created,response.completed" || e.up.Count("k1") != 0 {
+		t.Fatalf("warm-up: %v, upstream saw %d", types(got), e.up.Count("k1"))
+	}
+	warmID := gjson.GetBytes(got[1].data, "response.id").Str
+	next := `{"type":"response.create","model":"gpt-5","previous_response_id":"` + warmID + `","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"second"}]}]}`
+	got = turn(t, c, next)
+	if types(got)[len(got)-1] != "response.completed" {
+		t.Fatalf("turn: %v", types(got))
+	}
+	body := e.up.Requests()[0].Body
+	texts := gjson.GetBytes(body, "input.#.content.0.text").String()
+	if texts != `["first","second"]` || gjson.GetBytes(body, "previous_response_id").Exists() {
+		t.Fatalf("upstream did not get the whole conversation: %s", body)
+	}
+	// The turn after names the answer just given: its input, its output
+	// and the new input go up whole.
+	respID := gjson.GetBytes(got[len(got)-1].data, "response.id").Str
+	third := `{"type":"response.create","model":"gpt-5","previous_response_id":"` + respID + `","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"third"}]}]}`
+	turn(t, c, third)
+	body = e.up.Requests()[1].Body
+	items := gjson.GetBytes(body, "input").Array()
+	if len(items) != 4 || items[2].Get("role").Str != "assistant" || items[3].Get("content.0.text").Str != "third" {
+		t.Fatalf("third turn input: %s", gjson.GetBytes(body, "input").Raw)
+	}
+}
+
+func TestSocketPassesAnUnknownPreviousResponseThrough(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	e.up.Set("k1", upstreamtest.Behavior{Status: 400, ErrorFixture: "previous_response_not_found_400.json"})
+	c := e.openSocket()
+	got := turn(t, c, `{"type":"response.create","model":"gpt-5","previous_response_id":"resp_gone","input":[]}`)
+	last := got[len(got)-1].data
+	if gjson.GetBytes(last, "status").Int() != 400 || gjson.GetBytes(last, "error.code").Str != "previous_response_not_found" {
+		t.Fatalf("want the upstream's previous_response_not_found unchanged, got %s", last)
+	}
+	if b := e.up.Requests()[0].Body; gjson.GetBytes(b, "previous_response_id").Str != "resp_gone" {
+		t.Errorf("the reference did not reach the upstream: %s", b)
+	}
+}
+
+func TestSocketPinAppliesFromTheNextRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+	c := e.openSocket("session-id", "sess-4")
+	turn(t, c, createFrame)
+	first := e.up.Requests()[0].Token
+	other := map[string]int{"k1": 2, "k2": 1}[first]
+	e.sel.SetProcessPin(e.id(other))
+	turn(t, c, createFrame)
+	if got := e.up.Requests()[1].Token; got == first {
+		t.Fatalf("pinned to account %d, the socket's next request still went to %s", other, got)
+	}
+}
+
+func TestSocketAnswersAnOversizedFrameAndGoesOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}}, func(c *Config) { c.MaxBody = 4 << 10 })
+	c := e.openSocket()
+	big := `{"type":"response.create","model":"gpt-5","input":"` + strings.Repeat("x", 64<<10) + `"}`
+	got := turn(t, c, big)
+	last := got[len(got)-1].data
+	if gjson.GetBytes(last, "status").Int() != 413 || gjson.GetBytes(last, "error.code").Str != "runtime_rotation_proxy_payload_too_large" {
+		t.Fatalf("oversized frame: %s", last)
+	}
+	if got := turn(t, c, createFrame); types(got)[len(got)-1] != "response.completed" {
+		t.Errorf("socket did not go on: %v", types(got))
+	}
+}
+
+func TestSocketClientGoneFreesTheUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	e.up.Set("k1", upstreamtest.Behavior{EventDelay: 200 * time.Millisecond})
+	c := e.openSocket()
+	c.WriteMessage(websocket.TextMessage, []byte(createFrame))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for range 3 {
+		if _, _, err := c.ReadMessage(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	// At the next event rotor finds the client gone and closes the
+	// upstream connection rather than reading the rest (about 2 s more)
+	// or handing it back to the pool.
+	eventually(t, 1500*time.Millisecond, "the upstream connection to close", func() bool { return e.up.Open() == 0 })
+}
+
+func TestSocketShutdownFinishesTheAnswerThenSaysGoingAway(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	e.up.Set("k1", upstreamtest.Behavior{EventDelay: 30 * time.Millisecond})
+	busy, idle := e.openSocket(), e.openSocket()
+	busy.WriteMessage(websocket.TextMessage, []byte(createFrame))
+	busy.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := busy.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- e.srv.Shutdown(ctx)
+	}()
+	idle.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, _, err := idle.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+		t.Errorf("idle socket: want close 1001 at once, got %v", err)
+	}
+	var last []byte
+	for {
+		_, b, err := busy.ReadMessage()
+		if err != nil {
+			if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Errorf("busy socket: want close 1001 after the answer, got %v", err)
+			}
+			break
+		}
+		last = b
+	}
+	if gjson.GetBytes(last, "type").Str != "response.completed" {
+		t.Errorf("the answer in flight was cut: last frame %s", last)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+func TestSocketRecordsUsageAsAnyRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	c := e.openSocket()
+	turn(t, c, createFrame)
+	var raw []byte
+	eventually(t, 5*time.Second, "the usage record", func() bool {
+		e.usage.Flush()
+		raw, _ = os.ReadFile(e.usage.Path())
+		return len(raw) > 0
+	})
+	var rec struct {
+		Status int    `json:"status"`
+		Model  string `json:"model"`
+		Tokens struct {
+			Input int `json:"input"`
+		} `json:"tokens"`
+	}
+	lines := bytes.Split(bytes.TrimSpace(raw), []byte("\n"))
+	if err := json.Unmarshal(lines[len(lines)-1], &rec); err != nil || rec.Status != 200 || rec.Model != "gpt-5" || rec.Tokens.Input == 0 {
+		t.Fatalf("usage record: %s (%v)", lines[len(lines)-1], err)
+	}
+}

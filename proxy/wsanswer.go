@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
+	rerr "github.com/rotorproxy/rotor/errors"
+)
+
+// transportWebSocket names requests that came in as response.create
+// frames, in their log line.
+const transportWebSocket = "websocket"
+
+// wsResponder answers one response.create frame on a socket: an error
+// frame for a refusal, and for an answer every upstream event as a text
+// frame of its own, written as it arrives. It also notes what the
+// socket's history needs of the answer (socket.create).
+type wsResponder struct {
+	sk     *socket
+	failed bool // a frame could not be written: the client is gone
+
+	// The answer's response id and output items, kept while they fit
+	// maxHistory, so the next request may name the response.
+	responseID string
+	output     []byte // output items, comma-separated
+	overflow   bool
+}
+
+func (w *wsResponder) gone() bool { return w.failed }
+
+func (w *wsResponder) refuse(resp rerr.Response, headers func(HeaderSetter)) {
+	var hs frameHeaders
+	if headers != nil {
+		headers(&hs)
+	}
+	w.write(resp.Frame(hs))
+}
+
+// commit writes the answer event by event. The relay hands over SSE
+// bytes; each data payload leaves as one frame the moment it is read.
+func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body *relay, length int) {
+	var sc sseScanner
+	sc.onEvent = w.event
+	buf := make([]byte, 16<<10)
+	var whole []byte // a JSON answer, framed whole at its end
+	for !w.failed {
+		n, err := body.Read(buf)
+		if body.isJSON {
+			whole = append(whole, buf[:n]...)
+		} else {
+			sc.feed(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	if len(whole) > 0 && !w.failed {
+		w.write(append(append([]byte(`{"type":"response.completed","response":`), whole...), '}'))
+	}
+	body.CloseWithError(nil) // the relay knows from its own read whether the answer ended
+}
+
+// event writes one upstream event as a frame and keeps what the history
+// needs.
+func (w *wsResponder) event(e event) {
+	w.write(e.data)
+	switch {
+	case e.typ == "response.output_item.done" && !w.overflow:
+		item := eventField(e.data, "item").Raw
+		if len(w.output)+len(item) > maxHistory {
+			w.overflow = true
+			return
+		}
+		if len(w.output) > 0 {
+			w.output = append(w.output, ',')
+		}
+		w.output = append(w.output, item...)
+	case e.final():
+		w.responseID = strings.Clone(eventField(e.data, "response.id").Str)
+	}
+}
+
+// write sends one text frame, bounded in time: a client that cannot take
+// it is gone.
+func (w *wsResponder) write(p []byte) {
+	if w.failed {
+		return
+	}
+	c := w.sk.conn
+	if c.SetWriteDeadline(time.Now().Add(socketWriteWait)) != nil || c.WriteMessage(websocket.TextMessage, p) != nil {
+		w.failed = true
+	}
+}
+
+// frameHeaders collects the headers an error frame carries.
+type frameHeaders [][2]string
+
+func (h *frameHeaders) Set(k, v string) { *h = append(*h, [2]string{strings.ToLower(k), v}) }
+
+// maxHistory bounds what a socket keeps of its last exchange.
+const maxHistory = 16 << 20
+
+// history is what a socket remembers of its last exchange, so that a
+// request naming it by previous_response_id can be sent whole to an
+// upstream that keeps nothing between requests (HTTP with store:false):
+// the input of that exchange and the output that answered it.
+type history struct {
+	id    string
+	items []byte // input then output items, comma-separated
+}
+
+// frameFields are the members of a response.create frame rotor reads.
+type frameFields struct {
+	noGenerate       bool // "generate":false, a warm-up
+	previousResponse string
+	input            []byte // the input array's items, comma-separated; nil when input is not an array
+}
+
+func readFrame(frame []byte, ms []member) frameFields {
+	var f frameFields
+	for _, m := range ms {
+		v := frame[m.valStart:m.end]
+		switch m.key(frame) {
+		case "generate":
+			f.noGenerate = string(v) == "false"
+		case "previous_response_id":
+			f.previousResponse, _ = m.str(frame)
+		case "input":
+			if v[0] == '[' {
+				f.input = bytes.TrimSpace(v[1 : len(v)-1])
+			}
+		}
+	}
+	return f
+}
+
+// create serves a response.create frame: a warm-up is answered by rotor
+// itself, any other is a request through the forward loop.
+func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
+	var sc scanned
+	if !scanBody(frame, &sc) || !sc.object {
+		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "frame is not a valid JSON object"}, nil)
+		return
+	}
+	f := readFrame(frame, sc.members)
+	if f.noGenerate {
+		sk.warmUp(w, r, f)
+		return
+	}
+	input := f.input
+	expand := f.previousResponse != "" && f.previousResponse == sk.history.id && input != nil
+	if expand {
+		input = joinItems(sk.history.items, input)
+	}
+	r.op, r.body, r.fallbackAffinity = opResponses, httpBody(frame, sc.members, expand, input), sk.affinity
+	sk.s.serve(w, r)
+	sk.history = history{}
+	if w.responseID != "" && !w.overflow && input != nil && len(input)+len(w.output) <= maxHistory {
+		sk.history = history{id: w.responseID, items: joinItems(input, w.output)}
+	}
+}
+
+// httpBody is a response.create frame as the body of POST /responses:
+// without the frame's type, streamed, and, when expand is set, with the
+// named exchange's items in front of its own input instead of the
+// reference.
+func httpBody(frame []byte, ms []member, expand bool, input []byte) []byte {
+	var add []byte
+	stream := false
+	for i := range ms {
+		m := &ms[i]
+		m.edit = keep
+		switch m.key(frame) {
+		case "type", "generate":
+			m.edit = drop
+		case "stream":
+			stream = true
+			if string(frame[m.valStart:m.end]) != "true" {
+				m.edit = setTrue
+			}
+		case "previous_response_id", "input":
+			if expand {
+				m.edit = drop
+			}
+		}
+	}
+	if !stream {
+		add = append(add, `"stream":true`...)
+	}
+	if expand {
+		if len(add) > 0 {
+			add = append(add, ',')
+		}
+		add = append(append(append(add, `"input":[`...), input...), ']')
+	}
+	return splice(frame, ms, add)
+}
+
+// joinItems is two comma-separated lists of items as one.
+func joinItems(a, b []byte) []byte {
+	switch {
+	case len(a) == 0:
+		return bytes.Clone(b)
+	case len(b) == 0:
+		return bytes.Clone(a)
+	}
+	out := make([]byte, 0, len(a)+1+len(b))
+	return append(append(append(out, a...), ','), b...)
+}
+
+// warmUp answers a generate:false response.create as the Responses API
+// does, with an empty completed response, and remembers its input: the
+// request that follows names it by previous_response_id and sends only
+// what is new.
+func (sk *socket) warmUp(w *wsResponder, r *request, f frameFields) {
+	id := "resp_" + strings.TrimPrefix(r.id, "rotor_")
+	w.write([]byte(`{"type":"response.created","response":{"id":"` + id + `","object":"response","status":"in_progress","output":[]}}`))
+	w.write([]byte(`{"type":"response.completed","response":{"id":"` + id + `","object":"response","status":"completed","output":[],` +
+		`"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0}}}`))
+	sk.history = history{}
+	if f.input != nil {
+		sk.history = history{id: id, items: bytes.Clone(f.input)}
+	}
+	sk.s.finish(r, ending{status: 200, code: "warm_up"})
+}
