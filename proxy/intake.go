@@ -27,6 +27,8 @@ const (
 	opChat
 	opModels
 	opHealth // answered by rotor itself, never forwarded
+	// Codex's usage limits, also answered by rotor itself (usagelimits.go).
+	opUsageLimits
 	opCount
 )
 
@@ -47,10 +49,14 @@ var routes = map[string]route{
 	"/models":               {fasthttp.MethodGet, opModels},
 	"/healthz":              {fasthttp.MethodGet, opHealth},
 	"/v1/healthz":           {fasthttp.MethodGet, opHealth},
+	// Codex CLI reads its /status usage limits here (SPEC §10): the first
+	// when chatgpt_base_url contains /backend-api, the second otherwise.
+	"/backend-api/wham/usage": {fasthttp.MethodGet, opUsageLimits},
+	"/api/codex/usage":        {fasthttp.MethodGet, opUsageLimits},
 }
 
 // surface is the list of routes a 404 names.
-const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models and GET /healthz"
+const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models, GET /healthz and GET /backend-api/wham/usage (also /api/codex/usage)"
 
 // newRequestID returns an id for logs and payloads. It needs to be unique,
 // not secret, so a fast PRNG does.
@@ -111,6 +117,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if rt.op == opHealth {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
+		return
+	}
+	if rt.op == opUsageLimits {
+		s.answerUsageLimits(ctx)
 		return
 	}
 	body, release, spec := s.readBody(ctx)

@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"encoding/json"
+	"math"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// Codex CLI shows its usage limits in /status from the ChatGPT backend's
+// GET {chatgpt_base_url}/wham/usage (or /api/codex/usage), which it
+// decodes into its RateLimitStatusPayload (codex-rs/backend-client). Linked
+// to rotor, Codex asks rotor instead, and rotor answers for the pool as if
+// it were one account: the account the next request would get, or, when
+// none can serve, the one that comes back first.
+//
+// The types below are that payload's part rotor fills. Codex requires
+// plan_type, allowed and limit_reached, and every field of a window
+// (integers: its i32 fields refuse a fraction); everything else is
+// optional there and left out here.
+
+// usageLimits is the body of GET /backend-api/wham/usage.
+type usageLimits struct {
+	// PlanType is the plan of the account shown, as the backend names it
+	// (plus, pro, team, ...), or planUnknown.
+	PlanType  string       `json:"plan_type"`
+	RateLimit *limitStatus `json:"rate_limit"`
+	// ReachedType is set only when the pool waits for a usage limit.
+	ReachedType *limitReachedType `json:"rate_limit_reached_type,omitempty"`
+}
+
+// limitStatus is the backend's RateLimitStatusDetails.
+type limitStatus struct {
+	// Allowed says whether a request would be served now.
+	Allowed bool `json:"allowed"`
+	// LimitReached says the pool waits for a usage limit to reset.
+	LimitReached bool         `json:"limit_reached"`
+	Primary      *limitWindow `json:"primary_window"`
+	Secondary    *limitWindow `json:"secondary_window"`
+}
+
+// limitWindow is the backend's RateLimitWindowSnapshot.
+type limitWindow struct {
+	UsedPercent        int   `json:"used_percent"`
+	LimitWindowSeconds int   `json:"limit_window_seconds"`
+	ResetAfterSeconds  int   `json:"reset_after_seconds"`
+	ResetAt            int64 `json:"reset_at"` // unix seconds
+}
+
+// limitReachedType is the backend's RateLimitReachedType.
+type limitReachedType struct {
+	Type string `json:"type"`
+}
+
+// planUnknown is the plan Codex reads as unknown, for an account whose plan
+// rotor never learned (an API key, or no answer seen yet).
+const planUnknown = "unknown"
+
+// answerUsageLimits answers Codex's usage-limits request from the pool.
+// It never asks an upstream: /status must answer even when every account
+// waits, and the quota every answer carried is already in the runtime state.
+func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
+	b, err := json.Marshal(usageLimitsOf(s.deps.Selector, s.deps.Clock.Now()))
+	if err != nil { // plain structs of strings and numbers: cannot happen
+		panic(err)
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// usageLimitsOf is the pool's usage limits at now: the plan and windows of
+// the account Selector.Next would pick; when none can serve, those of the
+// account Selector.Explain says comes back first (the pinned one under a
+// pin), with, when it waits for a usage limit, its fuller window shown
+// used up until the moment it comes back.
+func usageLimitsOf(sel *rotation.Selector, now time.Time) usageLimits {
+	rows := sel.Status()
+	if i, _ := sel.Next(); i > 0 && i <= len(rows) && rows[i-1].State == "available" {
+		r := &rows[i-1]
+		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true})}
+	}
+	// Next names a process-pinned account even when it cannot serve; the
+	// refusal says why and until when, as the proxy itself would answer.
+	ref := sel.Explain(&rotation.Request{})
+	st := &limitStatus{LimitReached: ref.AllRateLimited}
+	var back *rotation.AccountStatus
+	switch {
+	case ref.Pinned:
+		st.LimitReached = ref.PinReason == rotation.SkipRateLimited
+		if ref.PinnedIndex > 0 && ref.PinnedIndex <= len(rows) {
+			back = &rows[ref.PinnedIndex-1]
+		}
+	case !ref.ResetAt.IsZero():
+		back = comesBackAt(rows, ref.ResetAt)
+	}
+	out := usageLimits{PlanType: planUnknown, RateLimit: st}
+	q := ref.SoonestQuota
+	if back != nil {
+		out.PlanType, q = planOf(back), back.Quota
+	}
+	windowsOf(q, now, st)
+	st.LimitReached = st.LimitReached && !ref.ResetAt.IsZero()
+	if st.LimitReached {
+		out.ReachedType = &limitReachedType{Type: "rate_limit_reached"}
+		spend(st, q, ref.ResetAt, now)
+	}
+	return out
+}
+
+// comesBackAt is the row of the live account whose wait ends at, nil if
+// none does (the pool changed in between).
+func comesBackAt(rows []rotation.AccountStatus, at time.Time) *rotation.AccountStatus {
+	for i := range rows {
+		if rows[i].State != rotation.SkipDisabled && rows[i].State != rotation.SkipFlagged && rows[i].Until.Equal(at) {
+			return &rows[i]
+		}
+	}
+	return nil
+}
+
+// planOf is the plan of r's account: the one its last answer named, else
+// the one its sign-in named, else planUnknown.
+func planOf(r *rotation.AccountStatus) string {
+	if r.Quota != nil && r.Quota.PlanType != "" {
+		return r.Quota.PlanType
+	}
+	if r.Account.PlanType != "" {
+		return r.Account.PlanType
+	}
+	return planUnknown
+}
+
+// windowsOf fills st's windows from q as they stand at now, and returns st.
+func windowsOf(q *rotation.Quota, now time.Time, st *limitStatus) *limitStatus {
+	if q == nil {
+		return st
+	}
+	st.Primary = wireWindow(current(q.Primary, q.ObservedAt, now), now)
+	st.Secondary = wireWindow(current(q.Secondary, q.ObservedAt, now), now)
+	return st
+}
+
+// spend shows the pool waiting for a usage limit that resets at: the fuller
+// of q's windows as it stands at now (the primary on a tie, or a primary of
+// unknown length when q has none) is used up until then. The other window
+// stays as last seen: the account waits for one window, not both.
+func spend(st *limitStatus, q *rotation.Quota, at, now time.Time) {
+	var p, s *rotation.Window
+	if q != nil {
+		p, s = current(q.Primary, q.ObservedAt, now), current(q.Secondary, q.ObservedAt, now)
+	}
+	w, slot := p, &st.Primary
+	if s != nil && (p == nil || s.UsedPercent > p.UsedPercent) {
+		w, slot = s, &st.Secondary
+	}
+	full := rotation.Window{UsedPercent: 100, ResetsAt: at}
+	if w != nil {
+		full.WindowMinutes = w.WindowMinutes
+	}
+	*slot = wireWindow(&full, now)
+}
+
+// current is w, last seen at observed, as it stands at now. A window whose
+// reset rotor never heard of ends within its length of being seen. One
+// that has reset since has started again empty, and the new one ends no
+// sooner than its length from now (it starts with the next request).
+func current(w *rotation.Window, observed, now time.Time) *rotation.Window {
+	if w == nil {
+		return nil
+	}
+	c := *w
+	length := time.Duration(c.WindowMinutes) * time.Minute
+	if c.ResetsAt.IsZero() && length > 0 && !observed.IsZero() {
+		c.ResetsAt = observed.Add(length)
+	}
+	if !c.ResetsAt.IsZero() && !c.ResetsAt.After(now) {
+		c.UsedPercent, c.ResetsAt = 0, time.Time{}
+		if length > 0 {
+			c.ResetsAt = now.Add(length)
+		}
+	}
+	return &c
+}
+
+// wireWindow is w in the backend's shape; nil when w is nil or its reset
+// is unknown, which Codex cannot read.
+func wireWindow(w *rotation.Window, now time.Time) *limitWindow {
+	if w == nil || w.ResetsAt.IsZero() {
+		return nil
+	}
+	return &limitWindow{
+		UsedPercent:        int(math.Round(min(max(w.UsedPercent, 0), 100))),
+		LimitWindowSeconds: max(w.WindowMinutes, 0) * 60,
+		ResetAfterSeconds:  max(int(math.Ceil(w.ResetsAt.Sub(now).Seconds())), 0),
+		ResetAt:            w.ResetsAt.Unix(),
+	}
+}
