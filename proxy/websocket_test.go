@@ -353,3 +353,18 @@ func TestSocketRecordsUsageAsAnyRequest(t *testing.T) {
 		t.Fatalf("usage record: %s (%v)", lines[len(lines)-1], err)
 	}
 }
+
+func TestSocketFrameHeadersBecomeHeadersUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	c := e.openSocket()
+	turn(t, c, `{"type":"response.create","model":"gpt-5","input":[],"session_id":"s-9","x-codex-window-id":"s-9:0","client_metadata":{"a":"b"}}`)
+	rec := e.up.Requests()[0]
+	if rec.Header.Get("session_id") != "s-9" || rec.Header.Get("x-codex-window-id") != "s-9:0" {
+		t.Errorf("upstream headers: %v", rec.Header)
+	}
+	body := gjson.ParseBytes(rec.Body)
+	if body.Get("session_id").Exists() || body.Get(`x-codex-window-id`).Exists() || !body.Get("client_metadata").Exists() {
+		t.Errorf("upstream body: %s", rec.Body)
+	}
+}

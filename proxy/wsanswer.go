@@ -117,7 +117,8 @@ type history struct {
 type frameFields struct {
 	noGenerate       bool // "generate":false, a warm-up
 	previousResponse string
-	input            []byte // the input array's items, comma-separated; nil when input is not an array
+	inputArray       bool   // input is an array (not a string): items can be joined
+	input            []byte // the input array's items, comma-separated
 }
 
 func readFrame(frame []byte, ms []member) frameFields {
@@ -131,7 +132,7 @@ func readFrame(frame []byte, ms []member) frameFields {
 			f.previousResponse, _ = m.str(frame)
 		case "input":
 			if v[0] == '[' {
-				f.input = bytes.TrimSpace(v[1 : len(v)-1])
+				f.inputArray, f.input = true, bytes.TrimSpace(v[1:len(v)-1])
 			}
 		}
 	}
@@ -152,14 +153,18 @@ func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
 		return
 	}
 	input := f.input
-	expand := f.previousResponse != "" && f.previousResponse == sk.history.id && input != nil
+	expand := f.previousResponse != "" && f.previousResponse == sk.history.id && f.inputArray
 	if expand {
 		input = joinItems(sk.history.items, input)
 	}
-	r.op, r.body, r.fallbackAffinity = opResponses, httpBody(frame, sc.members, expand, input), sk.affinity
+	// Each request gets the socket's headers and, as headers, what the
+	// frame carries for them (session_id, x-codex-*).
+	r.header = new(fasthttp.RequestHeader)
+	sk.header.CopyTo(r.header)
+	r.op, r.body, r.fallbackAffinity = opResponses, httpBody(frame, sc.members, expand, input, r.header), sk.affinity
 	sk.s.serve(w, r)
 	sk.history = history{}
-	if w.responseID != "" && !w.overflow && input != nil && len(input)+len(w.output) <= maxHistory {
+	if w.responseID != "" && !w.overflow && f.inputArray && len(input)+len(w.output) <= maxHistory {
 		sk.history = history{id: w.responseID, items: joinItems(input, w.output)}
 	}
 }
@@ -167,22 +172,28 @@ func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
 // httpBody is a response.create frame as the body of POST /responses:
 // without the frame's type, streamed, and, when expand is set, with the
 // named exchange's items in front of its own input instead of the
-// reference.
-func httpBody(frame []byte, ms []member, expand bool, input []byte) []byte {
+// reference. The members a frame carries in place of headers move to
+// hdr.
+func httpBody(frame []byte, ms []member, expand bool, input []byte, hdr *fasthttp.RequestHeader) []byte {
 	var add []byte
 	stream := false
 	for i := range ms {
 		m := &ms[i]
 		m.edit = keep
-		switch m.key(frame) {
-		case "type", "generate":
+		switch k := m.key(frame); {
+		case k == "type", k == "generate":
 			m.edit = drop
-		case "stream":
+		case frameHeader(k):
+			m.edit = drop
+			if v, ok := m.str(frame); ok {
+				hdr.Set(k, v)
+			}
+		case k == "stream":
 			stream = true
 			if string(frame[m.valStart:m.end]) != "true" {
 				m.edit = setTrue
 			}
-		case "previous_response_id", "input":
+		case k == "previous_response_id", k == "input":
 			if expand {
 				m.edit = drop
 			}
@@ -198,6 +209,14 @@ func httpBody(frame []byte, ms []member, expand bool, input []byte) []byte {
 		add = append(append(append(add, `"input":[`...), input...), ']')
 	}
 	return splice(frame, ms, add)
+}
+
+// frameHeader reports whether a response.create member is one Codex
+// sends in the frame where an HTTP request has a header: the session,
+// thread and turn ids and the x-codex-* values. The Responses API over
+// HTTP knows no such parameters.
+func frameHeader(k string) bool {
+	return k == "session_id" || k == "thread_id" || k == "turn_id" || strings.HasPrefix(k, "x-")
 }
 
 // joinItems is two comma-separated lists of items as one.
@@ -222,7 +241,7 @@ func (sk *socket) warmUp(w *wsResponder, r *request, f frameFields) {
 	w.write([]byte(`{"type":"response.completed","response":{"id":"` + id + `","object":"response","status":"completed","output":[],` +
 		`"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0}}}`))
 	sk.history = history{}
-	if f.input != nil {
+	if f.inputArray {
 		sk.history = history{id: id, items: bytes.Clone(f.input)}
 	}
 	sk.s.finish(r, ending{status: 200, code: "warm_up"})

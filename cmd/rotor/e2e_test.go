@@ -793,7 +793,9 @@ func TestE2ECodexUsageLimit(t *testing.T) {
 	// What went over the wire to Codex: rotor's request log line.
 	var logged []gjson.Result
 	for l := range strings.SplitSeq(r.stderr, "\n") {
-		if j := gjson.Parse(l); strings.HasPrefix(l, "{") && j.Get("message").String() == "request" {
+		// Over Codex's WebSocket a turn opens with a warm-up that rotor
+		// answers itself (code warm_up); the requests are the rest.
+		if j := gjson.Parse(l); strings.HasPrefix(l, "{") && j.Get("message").String() == "request" && j.Get("code").Str != "warm_up" {
 			logged = append(logged, j)
 		}
 	}

@@ -103,5 +103,8 @@ func codexOverrides(cmd, url string) []string {
 		"-c", `model_providers.rotor.wire_api="responses"`,
 		"-c", `model_providers.rotor.env_key="OPENAI_API_KEY"`,
 		"-c", `model_providers.rotor.requires_openai_auth=false`,
+		// Responses over one WebSocket per session, as Codex talks to
+		// OpenAI directly (SPEC §10).
+		"-c", `model_providers.rotor.supports_websockets=true`,
 	}
 }

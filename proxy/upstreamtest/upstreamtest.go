@@ -142,6 +142,12 @@ type Behavior struct {
 	// run the whole round trip in one call (the AI SDK with tools, agents)
 	// need no test in between to switch the answer.
 	ToolRoundTrip bool
+	// LimitAfter > 0: the first LimitAfter Responses requests (POST
+	// .../responses) with this token are answered as the rest of the
+	// Behavior says, every later one as a usage limit (429,
+	// usage_limit_429.json): an account that reaches its limit in the
+	// middle of a session.
+	LimitAfter int
 }
 
 // Recorded is a copy of one request the fake received.
@@ -167,6 +173,7 @@ type Server struct {
 	ring      []Recorded // last maxRecorded requests, oldest at ring[head] once full
 	head      int
 	counts    map[string]int
+	turns     map[string]int // Responses requests by token, for LimitAfter
 	srv       *http.Server
 	ln        net.Listener
 	serveDone chan struct{}
@@ -189,6 +196,7 @@ func New(testdataDir string) *Server {
 		dir:       testdataDir,
 		behaviors: make(map[string]Behavior),
 		counts:    make(map[string]int),
+		turns:     make(map[string]int),
 		fixtures:  fixtureCache{dir: testdataDir},
 		done:      make(chan struct{}),
 	}
@@ -318,6 +326,18 @@ func (s *Server) Close() error {
 	return err
 }
 
+// turn counts a Responses request with token and returns how many there
+// have been; any other request returns 0.
+func (s *Server) turn(token string, r *http.Request) int {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.turns[token]++
+	return s.turns[token]
+}
+
 // behavior returns the behaviour for token.
 func (s *Server) behavior(token string) Behavior {
 	s.mu.Lock()
@@ -406,6 +426,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 
 	b := s.behavior(token)
+	if b.LimitAfter > 0 && s.turn(token, r) > b.LimitAfter {
+		b = Behavior{Status: http.StatusTooManyRequests, ErrorFixture: "usage_limit_429.json", ResetIn: b.ResetIn}
+	}
 	if b.HangHeaders {
 		s.hold(r.Context(), w, 0)
 		return
