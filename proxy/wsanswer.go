@@ -221,6 +221,7 @@ func frameHeader(k string) bool {
 
 // joinItems is two comma-separated lists of items as one.
 func joinItems(a, b []byte) []byte {
+	a, b = bytes.TrimSpace(a), bytes.TrimSpace(b)
 	switch {
 	case len(a) == 0:
 		return bytes.Clone(b)

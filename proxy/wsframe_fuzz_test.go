@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// FuzzFrameBody holds the frame reader to its promise for any frame a
+// client can send: a frame that is a JSON object becomes a valid JSON
+// body, streamed, with no frame-only members left, whatever history it
+// is joined with.
+func FuzzFrameBody(f *testing.F) {
+	f.Add([]byte(createFrame), []byte(`{"type":"message","role":"user","content":"a"}`))
+	f.Add([]byte(`{"type":"response.create","generate":false,"input":[]}`), []byte(``))
+	f.Add([]byte(`{"type":"response.create","stream":false,"previous_response_id":"resp_1","input":[ 1 , 2 ],"x-codex-window-id":"w","session_id":"s"}`), []byte(`3`))
+	f.Add([]byte(` { "input" : "text" , "type":"response.create"} `), []byte(`{}`))
+	f.Add([]byte(`{"input":[{"a":"b"}]}`), []byte(" ")) // history of white space only
+	f.Add([]byte(`{"input":[]}`), []byte("{\"\":\"\x01\"}")) // a raw control character, which scanBody lets pass
+	f.Fuzz(func(t *testing.T, frame, history []byte) {
+		// scanBody lets raw control characters in strings pass (see
+		// scanner.str): such a frame is the upstream's to refuse.
+		var sc scanned
+		if !json.Valid(frame) || !scanBody(frame, &sc) || !sc.object {
+			return
+		}
+		fields := readFrame(frame, sc.members)
+		hist := []byte(nil)
+		if len(history) > 0 && json.Valid(append(append([]byte{'['}, history...), ']')) {
+			hist = history
+		}
+		input := fields.input
+		expand := fields.inputArray
+		if expand {
+			input = joinItems(hist, input)
+		}
+		var hdr fasthttp.RequestHeader
+		body := httpBody(frame, sc.members, expand, input, &hdr)
+		if !json.Valid(body) {
+			t.Fatalf("frame %s with history %s gave invalid JSON %s", frame, history, body)
+		}
+		got := gjson.ParseBytes(body)
+		if got.Get("type").Exists() || got.Get("generate").Exists() || got.Get("session_id").Exists() {
+			t.Fatalf("frame-only member left in %s", body)
+		}
+		if got.Get("stream").Type != gjson.True {
+			t.Fatalf("not streamed: %s", body)
+		}
+		if expand && (!got.Get("input").IsArray() || got.Get("previous_response_id").Exists()) {
+			t.Fatalf("expanded body %s", body)
+		}
+	})
+}
