@@ -11,6 +11,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
+
+	rerr "github.com/rotorproxy/rotor/errors"
 )
 
 // A coding is a Content-Encoding of a request body that rotor reads (SPEC
@@ -156,6 +158,49 @@ func newFlateReader(r io.Reader) (io.ReadCloser, error) { return flate.NewReader
 // method 8 (deflate), a window of at most 32 KiB, and the check bits.
 func zlibHeader(b []byte) bool {
 	return len(b) >= 2 && b[0]&0x0f == 8 && b[0]>>4 <= 7 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0
+}
+
+// decode reads r's body in the coding its Content-Encoding names, so that
+// everything after sees the JSON; r.raw keeps the bytes as they came. A
+// refusal is 413 for a body that decodes to more than maxBody, as for one
+// sent that large, else 400.
+func (r *request) decode(c coding, maxBody int) *rerr.Spec {
+	body, release, err := decodeBody(c, r.body, maxBody)
+	r.freeBody = release
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return bodyTooLarge(maxBody)
+	case err != nil:
+		return &rerr.Spec{Code: rerr.ProxyBadRequest,
+			Message: "request body cannot be decoded (Content-Encoding: " + codingNames[c] + "): " + err.Error()}
+	}
+	r.raw, r.body, r.coding = r.body, body, c
+	return nil
+}
+
+// free returns the buffer of r's decoded body, once r no longer needs
+// it: after Server.serve, as readBody's buffer after handle.
+func (r *request) free() {
+	if r.freeBody != nil {
+		r.freeBody()
+	}
+}
+
+// wire is what goes upstream for body, the adapter's body for r. Only a
+// body the adapter edited is encoded again, once per request; an
+// unchanged one goes as the client sent it. Either way it is in the
+// client's coding, so the Content-Encoding header copyRequestHeaders
+// passes on stays true.
+func (r *request) wire(body []byte) []byte {
+	switch {
+	case r.coding == codingNone:
+		return body
+	case bytes.Equal(body, r.body): // the same slice compares in O(1)
+		return r.raw
+	case r.recoded.body == nil || !bytes.Equal(body, r.recoded.from):
+		r.recoded.from, r.recoded.body = body, encodeBody(r.coding, body)
+	}
+	return r.recoded.body
 }
 
 // zstdEncoder encodes edited bodies. EncodeAll is safe for concurrent
