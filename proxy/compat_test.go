@@ -744,9 +744,9 @@ func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
 	}
 }
 
-// A compressed request body is opaque to rotor: it is forwarded byte for
-// byte with its Content-Encoding, even to a ChatGPT account, instead of
-// being refused as invalid JSON.
+// A compressed request body that needs no edit is forwarded byte for byte
+// with its Content-Encoding, even to a ChatGPT account (decode_test.go
+// has the rest of SPEC §10's compressed bodies).
 func TestCompressedBodyIsForwardedAsIs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "z"}})

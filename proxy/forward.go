@@ -20,7 +20,8 @@ import (
 // whichever way it came in, ends in finish.
 func (s *Server) serve(w responder, r *request) {
 	r.start, r.counted = s.deps.Clock.Now(), true
-	if spec := r.read(); spec != nil {
+	defer r.free()
+	if spec := r.read(s.cfg.MaxBody); spec != nil {
 		s.refuse(w, r, *spec, nil)
 		return
 	}
@@ -200,6 +201,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	if err != nil {
 		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
 	}
+	body = r.wire(body)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(ad.url(base, r))

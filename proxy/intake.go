@@ -146,9 +146,7 @@ const maxPooledBody = 8 << 20
 // must not be used after it.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func(), spec *rerr.Spec) {
 	release = func() {}
-	tooLarge := &rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
-		Message: "request body is larger than the proxy accepts (--max-body)",
-		Extra:   []rerr.Field{{Key: "max_bytes", Value: s.cfg.MaxBody}}}
+	tooLarge := bodyTooLarge(s.cfg.MaxBody)
 	n := ctx.Request.Header.ContentLength()
 	if n > s.cfg.MaxBody {
 		return nil, release, tooLarge
@@ -186,6 +184,14 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func()
 			return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
 		}
 	}
+}
+
+// bodyTooLarge is the refusal of a body over the cap, whether it was
+// sent that large or decodes to more (SPEC §4 Limits, §10).
+func bodyTooLarge(maxBody int) *rerr.Spec {
+	return &rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
+		Message: "request body is larger than the proxy accepts (--max-body)",
+		Extra:   []rerr.Field{{Key: "max_bytes", Value: maxBody}}}
 }
 
 var guardMessages = map[string]string{

@@ -26,9 +26,16 @@ type request struct {
 	header *fasthttp.RequestHeader
 	query  []byte
 	body   []byte
+	// raw is the body as it came when it came compressed in a coding
+	// rotor reads (SPEC §10); body is then the decoded JSON, in a buffer
+	// freeBody returns.
+	raw      []byte
+	coding   coding
+	freeBody func()
 
-	// What rotor reads in the body: its members (unless it is encoded,
-	// and so opaque), the model and the affinity key.
+	// What rotor reads in the body: its members (unless it is encoded in
+	// a coding rotor cannot read, and so opaque), the model and the
+	// affinity key.
 	encoded     bool
 	scan        scanned
 	chat        chat.Request // op == opChat
@@ -47,6 +54,9 @@ type request struct {
 		answerForm answerForm
 		err        error
 	}
+	// recoded is an edited body (from) compressed again in coding, once
+	// per request (request.wire).
+	recoded struct{ from, body []byte }
 
 	// The loop's progress: accounts attempted (ids) and what each
 	// attempt came to, the last account's index as users number it, and
@@ -64,14 +74,20 @@ type request struct {
 	counted bool
 }
 
-// read fills in what rotor needs from the body: its members, checked to
-// be JSON, the Chat Completions parameters, the model and the affinity
-// key. A refusal is the client's fault (400).
-func (r *request) read() *rerr.Spec {
-	// A compressed body (Content-Encoding) is forwarded as it came, with
+// read fills in what rotor needs from the body, decoded first when it is
+// compressed: its members, checked to be JSON, the Chat Completions
+// parameters, the model and the affinity key. A refusal is the client's
+// fault: 400, or 413 for a body that decodes to more than maxBody.
+func (r *request) read(maxBody int) *rerr.Spec {
+	// A body in a coding rotor cannot read is forwarded as it came, with
 	// its header: rotor reads nothing in it and rewrites nothing.
-	ce := r.header.ContentEncoding()
-	r.encoded = len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity"))
+	c, opaque := parseCoding(r.header.ContentEncoding())
+	r.encoded = opaque
+	if c != codingNone && r.op != opModels {
+		if spec := r.decode(c, maxBody); spec != nil {
+			return spec
+		}
+	}
 	var f bodyFields
 	switch {
 	case r.op == opModels:
