@@ -66,13 +66,18 @@ var (
 	errResponseTimeout = fasthttp.ErrTimeout
 )
 
-// newUpstreamClient returns the client for every upstream. Reads on an
+// newDialer is how rotor connects to every upstream, over HTTP or a
+// socket.
+func newDialer(cfg *Config) *net.Dialer {
+	return &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+}
+
+// newUpstreamClient returns the HTTP client for every upstream. Reads on an
 // upstream connection have two bounds (idleConn): the first byte of an
 // answer must come within the response timeout, and once it has, every
 // read must make progress within the stall timeout. A fasthttp
 // ReadTimeout would instead cap the whole stream.
-func newUpstreamClient(cfg *Config) *fasthttp.Client {
-	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+func newUpstreamClient(cfg *Config, d *net.Dialer) *fasthttp.Client {
 	stall, response := cfg.StallTimeout, cfg.ResponseTimeout
 	return &fasthttp.Client{
 		Name:                          "rotor",

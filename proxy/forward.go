@@ -168,13 +168,24 @@ func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 			sec = fresh
 		}
 	}
-	ans, f := s.send(r, ad, a, &sec)
+	ans, f := s.sendVia(r, ad, a, &sec)
 	if f != nil && f.verdict == verdictUnauthorized && refresh && !refreshed {
 		if fresh, ok := s.refresh(r, ch, sec); ok {
-			ans, f = s.send(r, ad, a, &fresh)
+			ans, f = s.sendVia(r, ad, a, &fresh)
 		}
 	}
 	return ans, f
+}
+
+// sendVia sends r over an upstream socket when it came in on a socket and
+// the account's endpoint takes one, else over HTTP.
+func (s *Server) sendVia(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*answer, *failure) {
+	if r.socket != nil {
+		if ans, f, ok := s.sendFrame(r, ad, a, sec); ok {
+			return ans, f
+		}
+	}
+	return s.send(r, ad, a, sec)
 }
 
 func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) (secrets.Secret, bool) {

@@ -46,6 +46,15 @@ type request struct {
 	// a socket's requests stay together (socket.create).
 	fallbackAffinity string
 
+	// A request that came in on a socket: the socket, its frame as sent,
+	// and, when it names an exchange the socket remembers, the frame with
+	// that exchange in full (for an upstream socket that never had it).
+	// answeredBy is the upstream socket that answered, if one did.
+	socket     *socket
+	frame      []byte
+	frameWhole []byte
+	answeredBy *upstreamSocket
+
 	// edited is the body as an adapter that edits bodies made it, once
 	// per request (chatgptAdapter.body).
 	edited struct {

@@ -157,12 +157,14 @@ type Server struct {
 	cfg       Config
 	deps      Deps
 	keyDigest [sha256.Size]byte
+	dialer    *net.Dialer
 	client    *fasthttp.Client
 	srv       *fasthttp.Server
 	secrets   *secretCache
 	endpoints *endpoints
 	adapters  *Adapters
 	sockets   socketSet
+	noSockets noSockets // endpoints that refused a WebSocket upgrade
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -182,7 +184,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		endpoints: newEndpoints(deps.Clock),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
-	s.client = newUpstreamClient(&cfg)
+	s.dialer = newDialer(&cfg)
+	s.client = newUpstreamClient(&cfg, s.dialer)
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,

@@ -86,6 +86,7 @@ type socket struct {
 	header   fasthttp.RequestHeader
 	affinity string // for requests that name no conversation: the socket's own
 	history  history
+	up       *upstreamSocket // to the account serving the socket, while it does
 
 	mu      sync.Mutex // guards busy and closing
 	busy    bool       // a request is being answered
@@ -102,6 +103,7 @@ func (sk *socket) run(conn *websocket.Conn) {
 	}
 	defer sk.s.sockets.remove(sk)
 	defer conn.Close()
+	defer sk.dropUpstream() // a client gone frees its upstream socket
 	conn.SetPongHandler(func(string) error {
 		return conn.SetReadDeadline(time.Now().Add(socketQuiet))
 	})

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,40 @@ func fixtureData(t *testing.T, name string) [][]byte {
 	return out
 }
 
+// overHTTP makes the fake refuse sockets for every token, so e's sockets
+// are served over HTTP upstream; set adds tokens' behaviours on top.
+func overHTTP(e *env, set map[string]upstreamtest.Behavior) {
+	e.up.SetDefault(upstreamtest.Behavior{NoWebSocket: true})
+	for tok, b := range set {
+		b.NoWebSocket = true
+		e.up.Set(tok, b)
+	}
+}
+
+// framesUp are the response.create frames the fake got on sockets with
+// token.
+func framesUp(up *upstreamtest.Server, token string) []upstreamtest.Recorded {
+	var out []upstreamtest.Recorded
+	for _, r := range up.Requests() {
+		if r.Method == "WS" && r.Token == token {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// posts are the requests the fake got over HTTP (not socket handshakes or
+// frames).
+func posts(up *upstreamtest.Server) []upstreamtest.Recorded {
+	var out []upstreamtest.Recorded
+	for _, r := range up.Requests() {
+		if r.Method == http.MethodPost {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 const createFrame = `{"type":"response.create","model":"gpt-5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}]}`
 
 func TestSocketHandshakePassesTheGuardFirst(t *testing.T) {
@@ -154,17 +189,46 @@ func TestSocketRelaysEveryEventAsItsOwnFrame(t *testing.T) {
 	if spread := got[len(got)-1].at.Sub(got[2].at); spread < time.Duration(len(want)-4)*30*time.Millisecond {
 		t.Errorf("frames came in a burst (%s from the first output to the end)", spread)
 	}
+	// Upstream, the same: a socket of its own, and the frame as sent.
 	rec := e.up.Requests()
-	if len(rec) != 1 || rec[0].Path != "/v1/responses" || gjson.GetBytes(rec[0].Body, "type").Exists() ||
-		!gjson.GetBytes(rec[0].Body, "stream").Bool() {
+	if len(rec) != 2 || rec[0].Method != http.MethodGet || rec[1].Method != "WS" || string(rec[1].Body) != createFrame {
 		t.Fatalf("upstream got %+v", rec)
 	}
-	if rec[0].Header.Get("session-id") != "sess-1" || rec[0].Header.Get("Sec-WebSocket-Key") != "" {
-		t.Errorf("upstream headers: %v", rec[0].Header)
+	if h := rec[0].Header; h.Get("session-id") != "sess-1" || h.Get("OpenAI-Beta") != socketBeta || h.Get("Authorization") != "Bearer k1" {
+		t.Errorf("upstream handshake headers: %v", h)
 	}
-	// The socket stays open for the next turn.
+	// The next turn goes up on the same upstream socket.
 	if got := turn(t, c, createFrame); types(got)[len(got)-1] != "response.completed" {
 		t.Errorf("second turn: %v", types(got))
+	}
+	if n := e.up.Count("k1"); n != 3 || e.up.Sockets() != 1 {
+		t.Errorf("want one handshake and two frames on one upstream socket, got %d requests, %d sockets", n, e.up.Sockets())
+	}
+}
+
+func TestSocketOverHTTPWhenTheEndpointRefusesAndRemembersIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	overHTTP(e, nil)
+	for range 2 {
+		c := e.openSocket("session-id", "sess-h")
+		if got := turn(t, c, createFrame); types(got)[len(got)-1] != "response.completed" {
+			t.Fatalf("turn: %v", types(got))
+		}
+		c.Close()
+	}
+	var gets int
+	for _, r := range e.up.Requests() {
+		if r.Method == http.MethodGet {
+			gets++
+		}
+	}
+	p := posts(e.up)
+	if gets != 1 || len(p) != 2 || gjson.GetBytes(p[0].Body, "type").Exists() || !gjson.GetBytes(p[0].Body, "stream").Bool() {
+		t.Fatalf("want one refused upgrade, then POSTs without the frame's type: %d upgrades, %+v", gets, p)
+	}
+	if p[0].Header.Get("session-id") != "sess-h" || p[0].Header.Get("Sec-WebSocket-Key") != "" {
+		t.Errorf("upstream headers: %v", p[0].Header)
 	}
 }
 
@@ -174,8 +238,8 @@ func TestSocketFailsOverBeforeOutputAndSaysWhyInAnErrorFrame(t *testing.T) {
 	e.up.Set("k1", upstreamtest.Behavior{Status: 429})
 	c := e.openSocket("session-id", "sess-2")
 	got := turn(t, c, createFrame)
-	if types(got)[len(got)-1] != "response.completed" || e.up.Count("k2") != 1 {
-		t.Fatalf("no failover to k2: %v, k2 saw %d", types(got), e.up.Count("k2"))
+	if types(got)[len(got)-1] != "response.completed" || len(framesUp(e.up, "k2")) != 1 {
+		t.Fatalf("no failover to k2: %v, k2 saw %d frames", types(got), len(framesUp(e.up, "k2")))
 	}
 	// Now every account is at its limit: an error frame in the shape
 	// Codex reads, and the socket survives it.
@@ -196,9 +260,10 @@ func TestSocketFailsOverBeforeOutputAndSaysWhyInAnErrorFrame(t *testing.T) {
 	}
 }
 
-func TestSocketWarmUpThenTurnSendsTheWholeConversation(t *testing.T) {
+func TestSocketOverHTTPSendsTheWholeConversation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	overHTTP(e, nil)
 	c := e.openSocket("session-id", "sess-3")
 	warm := `{"type":"response.create","model":"gpt-5","generate":false,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"first"}]}]}`
 	got := turn(t, c, warm)
@@ -211,7 +276,7 @@ func TestSocketWarmUpThenTurnSendsTheWholeConversation(t *testing.T) {
 	if types(got)[len(got)-1] != "response.completed" {
 		t.Fatalf("turn: %v", types(got))
 	}
-	body := e.up.Requests()[0].Body
+	body := posts(e.up)[0].Body
 	texts := gjson.GetBytes(body, "input.#.content.0.text").String()
 	if texts != `["first","second"]` || gjson.GetBytes(body, "previous_response_id").Exists() {
 		t.Fatalf("upstream did not get the whole conversation: %s", body)
@@ -221,24 +286,24 @@ func TestSocketWarmUpThenTurnSendsTheWholeConversation(t *testing.T) {
 	respID := gjson.GetBytes(got[len(got)-1].data, "response.id").Str
 	third := `{"type":"response.create","model":"gpt-5","previous_response_id":"` + respID + `","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"third"}]}]}`
 	turn(t, c, third)
-	body = e.up.Requests()[1].Body
+	body = posts(e.up)[1].Body
 	items := gjson.GetBytes(body, "input").Array()
 	if len(items) != 4 || items[2].Get("role").Str != "assistant" || items[3].Get("content.0.text").Str != "third" {
 		t.Fatalf("third turn input: %s", gjson.GetBytes(body, "input").Raw)
 	}
 }
 
-func TestSocketPassesAnUnknownPreviousResponseThrough(t *testing.T) {
+func TestSocketOverHTTPPassesAnUnknownPreviousResponseThrough(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
-	e.up.Set("k1", upstreamtest.Behavior{Status: 400, ErrorFixture: "previous_response_not_found_400.json"})
+	overHTTP(e, map[string]upstreamtest.Behavior{"k1": {Status: 400, ErrorFixture: "previous_response_not_found_400.json"}})
 	c := e.openSocket()
 	got := turn(t, c, `{"type":"response.create","model":"gpt-5","previous_response_id":"resp_gone","input":[]}`)
 	last := got[len(got)-1].data
 	if gjson.GetBytes(last, "status").Int() != 400 || gjson.GetBytes(last, "error.code").Str != "previous_response_not_found" {
 		t.Fatalf("want the upstream's previous_response_not_found unchanged, got %s", last)
 	}
-	if b := e.up.Requests()[0].Body; gjson.GetBytes(b, "previous_response_id").Str != "resp_gone" {
+	if b := posts(e.up)[0].Body; gjson.GetBytes(b, "previous_response_id").Str != "resp_gone" {
 		t.Errorf("the reference did not reach the upstream: %s", b)
 	}
 }
@@ -246,13 +311,14 @@ func TestSocketPassesAnUnknownPreviousResponseThrough(t *testing.T) {
 func TestSocketPinAppliesFromTheNextRequest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+	overHTTP(e, nil)
 	c := e.openSocket("session-id", "sess-4")
 	turn(t, c, createFrame)
-	first := e.up.Requests()[0].Token
+	first := posts(e.up)[0].Token
 	other := map[string]int{"k1": 2, "k2": 1}[first]
 	e.sel.SetProcessPin(e.id(other))
 	turn(t, c, createFrame)
-	if got := e.up.Requests()[1].Token; got == first {
+	if got := posts(e.up)[1].Token; got == first {
 		t.Fatalf("pinned to account %d, the socket's next request still went to %s", other, got)
 	}
 }
@@ -272,10 +338,10 @@ func TestSocketAnswersAnOversizedFrameAndGoesOn(t *testing.T) {
 	}
 }
 
-func TestSocketClientGoneFreesTheUpstream(t *testing.T) {
+func TestSocketOverHTTPClientGoneFreesTheUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
-	e.up.Set("k1", upstreamtest.Behavior{EventDelay: 200 * time.Millisecond})
+	overHTTP(e, map[string]upstreamtest.Behavior{"k1": {EventDelay: 200 * time.Millisecond}})
 	c := e.openSocket()
 	c.WriteMessage(websocket.TextMessage, []byte(createFrame))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -354,17 +420,137 @@ func TestSocketRecordsUsageAsAnyRequest(t *testing.T) {
 	}
 }
 
-func TestSocketFrameHeadersBecomeHeadersUpstream(t *testing.T) {
+func TestSocketOverHTTPFrameHeadersBecomeHeaders(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	overHTTP(e, nil)
 	c := e.openSocket()
 	turn(t, c, `{"type":"response.create","model":"gpt-5","input":[],"session_id":"s-9","x-codex-window-id":"s-9:0","client_metadata":{"a":"b"}}`)
-	rec := e.up.Requests()[0]
+	rec := posts(e.up)[0]
 	if rec.Header.Get("session_id") != "s-9" || rec.Header.Get("x-codex-window-id") != "s-9:0" {
 		t.Errorf("upstream headers: %v", rec.Header)
 	}
 	body := gjson.ParseBytes(rec.Body)
 	if body.Get("session_id").Exists() || body.Get(`x-codex-window-id`).Exists() || !body.Get("client_metadata").Exists() {
 		t.Errorf("upstream body: %s", rec.Body)
+	}
+}
+
+func TestSocketUpstreamKeepsItsConversationAndMovesItWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+	c := e.openSocket("session-id", "sess-u")
+	warm := `{"type":"response.create","model":"gpt-5","generate":false,"input":[]}`
+	got := turn(t, c, warm)
+	warmID := gjson.GetBytes(got[1].data, "response.id").Str
+	// The turn names the warm-up rotor answered: the upstream socket never
+	// had it, so the reference goes and the input goes up as it is.
+	first := `{"type":"response.create","model":"gpt-5","previous_response_id":"` + warmID + `","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"one"}]}]}`
+	got = turn(t, c, first)
+	respID := gjson.GetBytes(got[len(got)-1].data, "response.id").Str
+	served := e.up.Requests()[0].Token // the account the socket went to
+	up := framesUp(e.up, served)
+	if len(up) != 1 || gjson.GetBytes(up[0].Body, "previous_response_id").Exists() || gjson.GetBytes(up[0].Body, "type").Str != "response.create" {
+		t.Fatalf("first turn upstream: %+v", up)
+	}
+	// The next names the answer the upstream socket gave: it goes as is,
+	// incremental, on the same socket.
+	second := `{"type":"response.create","model":"gpt-5","previous_response_id":"` + respID + `","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"two"}]}]}`
+	turn(t, c, second)
+	up = framesUp(e.up, served)
+	if len(up) != 2 || string(up[1].Body) != second || e.up.Sockets() != 1 {
+		t.Fatalf("second turn upstream: %d frames, %d sockets, last %s", len(up), e.up.Sockets(), up[len(up)-1].Body)
+	}
+	// Now that account is at its limit: the next request moves to the
+	// other account's socket, which never had the conversation, so it
+	// goes up whole.
+	e.up.Set(served, upstreamtest.Behavior{Status: 429})
+	other := map[string]string{"k1": "k2", "k2": "k1"}[served]
+	third := `{"type":"response.create","model":"gpt-5","previous_response_id":"` + respID + `","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"three"}]}]}`
+	got = turn(t, c, third)
+	if types(got)[len(got)-1] != "response.completed" {
+		t.Fatalf("after the move: %v", types(got))
+	}
+	moved := framesUp(e.up, other)
+	if len(moved) != 1 {
+		t.Fatalf("the other account got %d frames", len(moved))
+	}
+	whole := gjson.ParseBytes(moved[0].Body)
+	var texts []string
+	for _, it := range whole.Get("input").Array() {
+		texts = append(texts, it.Get("content.0.text").Str)
+	}
+	if whole.Get("previous_response_id").Exists() || !slices.Contains(texts, "one") || !slices.Contains(texts, "two") || texts[len(texts)-1] != "three" {
+		t.Errorf("the moved request was not whole: %s", moved[0].Body)
+	}
+}
+
+func TestSocketUpstreamUnknownReferencePassesUnchanged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	c := e.openSocket()
+	got := turn(t, c, `{"type":"response.create","model":"gpt-5","previous_response_id":"resp_gone","input":[]}`)
+	last := got[len(got)-1].data
+	if gjson.GetBytes(last, "status").Int() != 400 || gjson.GetBytes(last, "error.code").Str != "previous_response_not_found" {
+		t.Fatalf("want the upstream's previous_response_not_found, got %s", last)
+	}
+	if got := turn(t, c, createFrame); types(got)[len(got)-1] != "response.completed" {
+		t.Errorf("socket did not go on: %v", types(got))
+	}
+}
+
+func TestSocketClientGoneClosesTheUpstreamSocket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	c := e.openSocket()
+	turn(t, c, createFrame)
+	if e.up.Sockets() != 1 {
+		t.Fatalf("upstream sockets: %d", e.up.Sockets())
+	}
+	c.Close()
+	eventually(t, 2*time.Second, "the upstream socket to close", func() bool { return e.up.Sockets() == 0 })
+}
+
+// Compaction v2 is a response.create whose input ends in a
+// compaction_trigger item: it passes as any request, failover included.
+func TestSocketCompactionPassesThroughAndFailsOver(t *testing.T) {
+	t.Parallel()
+	const compact = `{"type":"response.create","model":"gpt-5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"compaction_trigger"}]}`
+	for _, viaHTTP := range []bool{false, true} {
+		e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+		limited := upstreamtest.Behavior{Status: 429}
+		if viaHTTP {
+			overHTTP(e, map[string]upstreamtest.Behavior{"k1": limited})
+		} else {
+			e.up.Set("k1", limited)
+		}
+		// The session is on k1, which is at its limit.
+		e.sel.Bind(digestKey('s', []byte("sess-c")), e.id(1))
+		c := e.openSocket("x-codex-beta-features", "remote_compaction_v2", "session-id", "sess-c")
+		got := turn(t, c, compact)
+		if types(got)[len(got)-1] != "response.completed" {
+			t.Fatalf("http=%v: %v", viaHTTP, types(got))
+		}
+		var up upstreamtest.Recorded
+		if viaHTTP {
+			p := posts(e.up)
+			up = p[len(p)-1]
+		} else {
+			f := framesUp(e.up, "k2")
+			if len(f) != 1 {
+				t.Fatalf("k2 got %d frames", len(f))
+			}
+			up = f[0]
+			if string(up.Body) != compact {
+				t.Errorf("the frame changed on its way: %s", up.Body)
+			}
+		}
+		if e.up.Count("k1") == 0 {
+			t.Errorf("http=%v: k1 was not tried first", viaHTTP)
+		}
+		if up.Token != "k2" || gjson.GetBytes(up.Body, "input.1.type").Str != "compaction_trigger" ||
+			up.Header.Get("x-codex-beta-features") != "remote_compaction_v2" {
+			t.Errorf("http=%v: upstream got %s with %v", viaHTTP, up.Body, up.Header)
+		}
 	}
 }

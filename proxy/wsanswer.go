@@ -111,6 +111,9 @@ const maxHistory = 16 << 20
 type history struct {
 	id    string
 	items []byte // input then output items, comma-separated
+	// up is the upstream socket that answered, which knows the exchange
+	// itself; nil when it went over HTTP or rotor answered it.
+	up *upstreamSocket
 }
 
 // frameFields are the members of a response.create frame rotor reads.
@@ -152,35 +155,44 @@ func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
 		sk.warmUp(w, r, f)
 		return
 	}
-	input := f.input
-	expand := f.previousResponse != "" && f.previousResponse == sk.history.id && f.inputArray
-	if expand {
+	input, whole := f.input, []byte(nil)
+	if f.previousResponse != "" && f.previousResponse == sk.history.id && f.inputArray {
 		input = joinItems(sk.history.items, input)
+		whole = input
 	}
 	// Each request gets the socket's headers and, as headers, what the
 	// frame carries for them (session_id, x-codex-*).
 	r.header = new(fasthttp.RequestHeader)
 	sk.header.CopyTo(r.header)
-	r.op, r.body, r.fallbackAffinity = opResponses, httpBody(frame, sc.members, expand, input, r.header), sk.affinity
+	r.op, r.socket, r.fallbackAffinity = opResponses, sk, sk.affinity
+	r.body = rewriteFrame(frame, sc.members, whole, r.header)
+	r.frame = frame
+	if whole != nil {
+		r.frameWhole = rewriteFrame(frame, sc.members, whole, nil)
+	}
 	sk.s.serve(w, r)
 	sk.history = history{}
 	if w.responseID != "" && !w.overflow && f.inputArray && len(input)+len(w.output) <= maxHistory {
-		sk.history = history{id: w.responseID, items: joinItems(input, w.output)}
+		sk.history = history{id: w.responseID, items: joinItems(input, w.output), up: r.answeredBy}
 	}
 }
 
-// httpBody is a response.create frame as the body of POST /responses:
-// without the frame's type, streamed, and, when expand is set, with the
-// named exchange's items in front of its own input instead of the
-// reference. The members a frame carries in place of headers move to
-// hdr.
-func httpBody(frame []byte, ms []member, expand bool, input []byte, hdr *fasthttp.RequestHeader) []byte {
+// rewriteFrame is a response.create frame with the named exchange's items
+// in front of its own input instead of the reference, when whole is set.
+// With hdr set it is the body of POST /responses instead: without the
+// frame's type, streamed, and with the members a frame carries in place
+// of headers moved to hdr.
+func rewriteFrame(frame []byte, ms []member, whole []byte, hdr *fasthttp.RequestHeader) []byte {
 	var add []byte
 	stream := false
 	for i := range ms {
 		m := &ms[i]
 		m.edit = keep
 		switch k := m.key(frame); {
+		case hdr == nil:
+			if whole != nil && (k == "previous_response_id" || k == "input") {
+				m.edit = drop
+			}
 		case k == "type", k == "generate":
 			m.edit = drop
 		case frameHeader(k):
@@ -194,19 +206,22 @@ func httpBody(frame []byte, ms []member, expand bool, input []byte, hdr *fasthtt
 				m.edit = setTrue
 			}
 		case k == "previous_response_id", k == "input":
-			if expand {
+			if whole != nil {
 				m.edit = drop
 			}
 		}
 	}
-	if !stream {
+	if hdr != nil && !stream {
 		add = append(add, `"stream":true`...)
 	}
-	if expand {
+	if whole != nil {
 		if len(add) > 0 {
 			add = append(add, ',')
 		}
-		add = append(append(append(add, `"input":[`...), input...), ']')
+		add = append(append(append(add, `"input":[`...), whole...), ']')
+	}
+	if hdr == nil && whole == nil {
+		return frame
 	}
 	return splice(frame, ms, add)
 }

@@ -10,14 +10,14 @@ import (
 
 // FuzzFrameBody holds the frame reader to its promise for any frame a
 // client can send: a frame that is a JSON object becomes a valid JSON
-// body, streamed, with no frame-only members left, whatever history it
-// is joined with.
+// body, streamed, with no frame-only members left, and a valid frame for
+// an upstream socket, whatever history it is joined with.
 func FuzzFrameBody(f *testing.F) {
 	f.Add([]byte(createFrame), []byte(`{"type":"message","role":"user","content":"a"}`))
 	f.Add([]byte(`{"type":"response.create","generate":false,"input":[]}`), []byte(``))
 	f.Add([]byte(`{"type":"response.create","stream":false,"previous_response_id":"resp_1","input":[ 1 , 2 ],"x-codex-window-id":"w","session_id":"s"}`), []byte(`3`))
 	f.Add([]byte(` { "input" : "text" , "type":"response.create"} `), []byte(`{}`))
-	f.Add([]byte(`{"input":[{"a":"b"}]}`), []byte(" ")) // history of white space only
+	f.Add([]byte(`{"input":[{"a":"b"}]}`), []byte(" "))      // history of white space only
 	f.Add([]byte(`{"input":[]}`), []byte("{\"\":\"\x01\"}")) // a raw control character, which scanBody lets pass
 	f.Fuzz(func(t *testing.T, frame, history []byte) {
 		// scanBody lets raw control characters in strings pass (see
@@ -31,13 +31,17 @@ func FuzzFrameBody(f *testing.F) {
 		if len(history) > 0 && json.Valid(append(append([]byte{'['}, history...), ']')) {
 			hist = history
 		}
-		input := fields.input
+		var whole []byte
 		expand := fields.inputArray
 		if expand {
-			input = joinItems(hist, input)
+			whole = joinItems(hist, fields.input)
+		}
+		if sock := rewriteFrame(frame, sc.members, whole, nil); !json.Valid(sock) ||
+			expand && gjson.GetBytes(sock, "previous_response_id").Exists() {
+			t.Fatalf("frame %s with history %s gave the socket frame %s", frame, history, sock)
 		}
 		var hdr fasthttp.RequestHeader
-		body := httpBody(frame, sc.members, expand, input, &hdr)
+		body := rewriteFrame(frame, sc.members, whole, &hdr)
 		if !json.Valid(body) {
 			t.Fatalf("frame %s with history %s gave invalid JSON %s", frame, history, body)
 		}

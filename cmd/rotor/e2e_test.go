@@ -661,15 +661,28 @@ func e2eDeltas(body []byte) string {
 	return sb.String()
 }
 
-// e2eResponses are the recorded upstream calls to /v1/responses.
+// e2eResponses are the recorded upstream Responses requests: POSTs to
+// /v1/responses, and response.create frames on sockets to it.
 func e2eResponses(up *upstreamtest.Server) []upstreamtest.Recorded {
 	var out []upstreamtest.Recorded
 	for _, r := range up.Requests() {
-		if r.Method == http.MethodPost && r.Path == "/v1/responses" {
+		if (r.Method == http.MethodPost || r.Method == "WS") && r.Path == "/v1/responses" {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// e2eResponsesWith counts the Responses requests that reached the
+// upstream with token.
+func e2eResponsesWith(up *upstreamtest.Server, token string) int {
+	n := 0
+	for _, r := range e2eResponses(up) {
+		if r.Token == token {
+			n++
+		}
+	}
+	return n
 }
 
 // e2eUsageLimit is the fake's answer for an account at its ChatGPT usage limit.
@@ -717,7 +730,7 @@ func TestE2ECodexExec(t *testing.T) {
 	}
 	for _, rec := range w.up.Requests() {
 		if rec.Path != "/v1/responses" && rec.Path != "/v1/models" {
-			t.Errorf("Codex made rotor call %s %s upstream; want only /v1/responses (and /v1/models)", rec.Method, rec.Path)
+			t.Errorf("Codex made rotor call %s %s upstream; want only /v1/responses, as a POST or a socket (and /v1/models)", rec.Method, rec.Path)
 		}
 	}
 	if strings.Contains(r.stdout+r.stderr, key) {
@@ -785,7 +798,7 @@ func TestE2ECodexUsageLimit(t *testing.T) {
 
 	// rotor tried each account once, then answered itself.
 	for _, k := range keys {
-		if n := w.up.Count(k); n != 1 {
+		if n := e2eResponsesWith(w.up, k); n != 1 {
 			t.Errorf("account %s was called upstream %d times, want 1", k, n)
 		}
 	}
@@ -833,7 +846,7 @@ func TestE2ECodexUsageLimit(t *testing.T) {
 		t.Errorf("no Retry-After header on the 429")
 	}
 	for _, k := range keys {
-		if n := w.up.Count(k); n != 1 {
+		if n := e2eResponsesWith(w.up, k); n != 1 {
 			t.Errorf("after the direct request, account %s was called upstream %d times, want still 1", k, n)
 		}
 	}

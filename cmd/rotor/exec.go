@@ -98,7 +98,11 @@ func codexOverrides(cmd, url string) []string {
 	}
 	return []string{
 		"-c", `model_provider="rotor"`,
-		"-c", `model_providers.rotor.name="rotor"`,
+		// Codex switches remote compaction on for the provider named
+		// "OpenAI" only (ModelProviderInfo::is_openai): rotor is OpenAI's
+		// Responses API, so it takes the name and Codex compacts as it does
+		// talking to OpenAI directly (SPEC §10).
+		"-c", `model_providers.rotor.name="OpenAI"`,
 		"-c", fmt.Sprintf("model_providers.rotor.base_url=%q", url),
 		"-c", `model_providers.rotor.wire_api="responses"`,
 		"-c", `model_providers.rotor.env_key="OPENAI_API_KEY"`,

@@ -13,6 +13,19 @@
 // fasthttp, and testing it against an independent HTTP implementation catches
 // framing bugs that a fasthttp-on-both-ends test would hide.
 //
+// It also serves the Responses API over WebSocket (socket.go), as the
+// ChatGPT backend and api.openai.com do: GET {base}/codex/responses or GET
+// {base}/responses with Upgrade: websocket opens a socket (RFC 6455, no
+// extension ever negotiated, so frames are uncompressed), every
+// {"type":"response.create",...} text frame on it is one request, answered
+// with one text frame per event of the same fixtures (each frame is an
+// event's data payload), and a failed request is one error frame
+// ({"type":"error","status":N,"error":{...},"headers":{...}}) after which the
+// socket stays open. The WebSocket side is hand-written on net/http's
+// Hijacker, for the same reason: rotor's WebSocket code uses
+// github.com/fasthttp/websocket, and this fake must not share its framing.
+// Sockets reports how many are open.
+//
 // Every wait inside the fake (event delays, stalls, hung or delayed headers)
 // selects on the request's context and on Close, so a client that goes away
 // always ends the upstream request and no goroutine outlives the server. A
@@ -82,6 +95,17 @@ const (
 // after the time the stream would have taken, StallAfter hangs and
 // ResetAfter resets before any header. Compaction and models answers ignore
 // them.
+//
+// On a WebSocket (see the package doc) HangHeaders and HeaderDelay apply to
+// the handshake; Status 401 (or an ErrorFixture named token_invalidated...)
+// refuses the handshake with that HTTP answer. Everything else is read again
+// for every response.create frame, so a test may change it while the socket
+// is open: another error Status becomes one error frame (with ErrorFixture's
+// "error" object and Headers) and the socket stays open; a success streams
+// Stream (ToolRoundTrip included, LimitAfter counted) one event per frame,
+// with EventDelay before each frame after the first, StallAfter going silent
+// until the client goes or Close, ResetAfter resetting the TCP connection.
+// Headers are also sent on the 101 answer of the handshake.
 type Behavior struct {
 	// Status selects success or failure. 0, 200 or any value below 400 means
 	// success (always answered with 200). 400 and above is an error answer
@@ -143,14 +167,23 @@ type Behavior struct {
 	// need no test in between to switch the answer.
 	ToolRoundTrip bool
 	// LimitAfter > 0: the first LimitAfter Responses requests (POST
-	// .../responses) with this token are answered as the rest of the
-	// Behavior says, every later one as a usage limit (429,
-	// usage_limit_429.json): an account that reaches its limit in the
-	// middle of a session.
+	// .../responses, and response.create frames on a WebSocket) with this
+	// token are answered as the rest of the Behavior says, every later one
+	// as a usage limit (429, usage_limit_429.json; on a socket, an error
+	// frame): an account that reaches its limit in the middle of a session.
 	LimitAfter int
+	// NoWebSocket: the endpoint does not serve sockets. A WebSocket
+	// handshake is refused with the 404 an unknown path under that prefix
+	// gets (before Status is looked at); plain HTTP is unchanged.
+	NoWebSocket bool
 }
 
 // Recorded is a copy of one request the fake received.
+//
+// A WebSocket handshake is recorded like any request (Method "GET"). Each
+// response.create frame on the socket is then recorded as a request of its
+// own, with Method "WS", the Path, RawQuery, Header and Token of the
+// handshake, and the frame's text as Body; other frames are not recorded.
 type Recorded struct {
 	Method   string
 	Path     string
@@ -181,7 +214,8 @@ type Server struct {
 
 	fixtures fixtureCache
 
-	open atomic.Int64
+	open    atomic.Int64 // in-flight HTTP requests (handlers running)
+	sockets atomic.Int64 // open WebSockets (hijacked: no handler running)
 	// done is closed by Close so every wait in a handler ends at once, even
 	// before net/http notices the closed connection.
 	done chan struct{}
@@ -288,7 +322,8 @@ func (s *Server) Requests() []Recorded {
 }
 
 // Count is how many requests have arrived with that bearer token ("" counts
-// requests without one). It is not bounded like Requests.
+// requests without one). It is not bounded like Requests. A WebSocket counts
+// its handshake and each response.create frame.
 func (s *Server) Count(token string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -297,12 +332,20 @@ func (s *Server) Count(token string) int {
 
 // Open is the number of requests currently being handled. Tests use it to
 // check that a client that went away also ended the upstream request: it
-// drops back as soon as the handler notices the disconnect.
+// drops back as soon as the handler notices the disconnect. An open
+// WebSocket is not an HTTP request in flight once its handshake is answered;
+// see Sockets.
 func (s *Server) Open() int { return int(s.open.Load()) }
 
+// Sockets is the number of WebSockets open now. Tests use it to check that
+// a client closed its upstream socket: it drops once the client's close
+// frame is echoed or its connection is gone.
+func (s *Server) Sockets() int { return int(s.sockets.Load()) }
+
 // Close stops the listener, ends every in-flight request (stalled, delayed
-// and hung ones included, by dropping their connections) and waits, up to
-// 5 s, for their handlers to return. It is safe to call more than once and
+// and hung ones included, by dropping their connections) and every open
+// WebSocket (by closing its connection, without a close frame), and waits,
+// up to 5 s, for their handlers and sockets to end. It is safe to call more than once and
 // before Start.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -320,7 +363,9 @@ func (s *Server) Close() error {
 	err := srv.Close()
 	<-serveDone
 	deadline := time.Now().Add(closeWait)
-	for s.open.Load() > 0 && time.Now().Before(deadline) {
+	// open before sockets: a handshake counts its socket before its handler
+	// returns.
+	for (s.open.Load() > 0 || s.sockets.Load() > 0) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return err
@@ -332,6 +377,12 @@ func (s *Server) turn(token string, r *http.Request) int {
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
 		return 0
 	}
+	return s.addTurn(token)
+}
+
+// addTurn counts a Responses request with token and returns how many there
+// have been.
+func (s *Server) addTurn(token string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.turns[token]++
@@ -427,7 +478,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 
 	b := s.behavior(token)
 	if b.LimitAfter > 0 && s.turn(token, r) > b.LimitAfter {
-		b = Behavior{Status: http.StatusTooManyRequests, ErrorFixture: "usage_limit_429.json", ResetIn: b.ResetIn}
+		b = limitReached(b)
 	}
 	if b.HangHeaders {
 		s.hold(r.Context(), w, 0)
@@ -440,11 +491,20 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	for k, v := range b.Headers {
 		w.Header().Set(k, fill.string(v))
 	}
+	if isSocketRequest(r) {
+		s.serveSocket(w, r, token, b, fill)
+		return
+	}
 	if b.Status >= 400 {
 		s.serveError(w, b, fill)
 		return
 	}
 	s.route(w, r, b, parseRequest(body), fill)
+}
+
+// limitReached is the Behavior after LimitAfter: a usage limit.
+func limitReached(b Behavior) Behavior {
+	return Behavior{Status: http.StatusTooManyRequests, ErrorFixture: "usage_limit_429.json", ResetIn: b.ResetIn}
 }
 
 // receive reads r's body and records the request, whatever comes of it;
@@ -495,11 +555,18 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 		writeJSON(w, http.StatusOK, []byte(codexModelsBody))
 	case r.Method == http.MethodGet && path == openaiPrefix+"/models":
 		writeJSON(w, http.StatusOK, []byte(openaiModelsBody))
-	case strings.HasPrefix(path, chatgptPrefix+"/"):
-		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
 	default:
-		writeJSON(w, http.StatusNotFound, invalidURLBody(r.Method, path))
+		notFound(w, r.Method, path)
 	}
+}
+
+// notFound is the 404 of the upstream path falls under.
+func notFound(w http.ResponseWriter, method, path string) {
+	if strings.HasPrefix(path, chatgptPrefix+"/") {
+		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
+		return
+	}
+	writeJSON(w, http.StatusNotFound, invalidURLBody(method, path))
 }
 
 // serveChat answers api.openai.com's Chat Completions from the fixture
@@ -633,13 +700,19 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 // fixtureMissing reports a fixture that could not be read. It is a 500 with
 // a body naming the problem, never a panic, so the failing test says why.
 func fixtureMissing(w http.ResponseWriter, err error) {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+	writeJSON(w, http.StatusInternalServerError, []byte(`{"error":`+string(fixtureMissingBody(err))+`}`))
+}
+
+// fixtureMissingBody is the error object naming a fixture that could not
+// be read.
+func fixtureMissingBody(err error) []byte {
+	obj, _ := json.Marshal(map[string]any{
 		"message": "upstreamtest: " + err.Error(),
 		"type":    "server_error",
 		"param":   nil,
 		"code":    "fakeupstream_fixture_missing",
-	}})
-	writeJSON(w, http.StatusInternalServerError, body)
+	})
+	return obj
 }
 
 // filler replaces the time placeholders for one request.

@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+)
+
+// A request that came in on a socket goes up on a socket of its own to
+// the account's endpoint (SPEC §10): one upstream socket per client
+// socket, kept while the same account serves it, so the upstream's
+// per-connection state (previous_response_id, the prompt cache) holds.
+// An endpoint that refuses the upgrade is served over HTTP instead, and
+// remembered as such. Upstream frames are handed to the forward loop as
+// the SSE bytes an HTTP answer would carry, so the hold-back, the relay
+// and the failover table are the HTTP path's own.
+
+// socketBeta is the OpenAI-Beta value of a Responses WebSocket.
+const socketBeta = "responses_websockets=2026-02-06"
+
+// upstreamSocket is a client socket's connection to its account's
+// endpoint.
+type upstreamSocket struct {
+	conn      *websocket.Conn
+	accountID string
+}
+
+// noSockets remembers the endpoints that refused a WebSocket upgrade.
+type noSockets struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (n *noSockets) has(ep string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.m[ep]
+}
+
+func (n *noSockets) add(ep string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m == nil || len(n.m) >= maxBases {
+		n.m = make(map[string]bool) // bounded: a forgotten endpoint costs one refused upgrade
+	}
+	n.m[ep] = true
+}
+
+// sendFrame sends r's frame over the socket's upstream socket to account
+// a, dialing one when the socket has none for a. ok is false when a's
+// endpoint does not take sockets: r then goes over HTTP.
+func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (ans *answer, f *failure, ok bool) {
+	base := ad.base(a.BaseURL)
+	endpoint := s.endpoints.forBase(base)
+	if s.noSockets.has(endpoint) {
+		return nil, nil, false
+	}
+	sk := r.socket
+	if sk.up == nil || sk.up.accountID != a.ID {
+		sk.dropUpstream()
+		up, f, refused := s.dialUpstream(r, ad, a, sec, base, endpoint)
+		if refused {
+			s.noSockets.add(endpoint)
+			s.deps.Log.Info().Str("endpoint", endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
+			return nil, nil, false
+		}
+		if f != nil {
+			return nil, f, true
+		}
+		sk.up = up
+	}
+	frame := r.frame
+	if r.frameWhole != nil && sk.history.up != sk.up {
+		// The exchange r names was not had on this upstream socket: it
+		// cannot know it, so the conversation goes up whole.
+		frame = r.frameWhole
+	}
+	conn := sk.up.conn
+	if conn.SetWriteDeadline(time.Now().Add(socketWriteWait)) != nil || conn.WriteMessage(websocket.TextMessage, frame) != nil {
+		sk.dropUpstream()
+		return nil, &failure{verdict: verdictNetworkError, err: errors.New("cannot send the frame upstream"), endpoint: endpoint}, true
+	}
+	first, err := readFrameText(conn, s.cfg.ResponseTimeout)
+	if err != nil {
+		sk.dropUpstream()
+		v := verdictNetworkError
+		if isTimeout(err) {
+			v = verdictUnreachable // no answer within the response timeout
+		}
+		return nil, &failure{verdict: v, err: err, endpoint: endpoint}, true
+	}
+	if gjson.GetBytes(first, "type").Str == "error" && gjson.GetBytes(first, "status").Int() >= 400 {
+		sk.dropUpstream()
+		return nil, s.frameFailure(first, sec, endpoint), true
+	}
+	resp := fasthttp.AcquireResponse()
+	resp.Header.SetContentType("text/event-stream")
+	resp.SetBodyStream(&frameReader{sk: sk, up: sk.up, stall: s.cfg.StallTimeout, pending: sseFrame(nil, first),
+		ended: terminalEvents[gjson.GetBytes(first, "type").Str]}, -1)
+	r.answeredBy = sk.up
+	ans, f = s.readStart(r, resp, formAsIs)
+	return ans, f, true
+}
+
+// dialUpstream opens a socket to a's endpoint with the headers an HTTP
+// request would carry. refused reports an endpoint that answered the
+// upgrade as an HTTP server without sockets would (404, 405, 426, 501).
+func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base, endpoint string) (up *upstreamSocket, f *failure, refused bool) {
+	h := http.Header{}
+	hop := r.header.Peek("Connection")
+	for k, v := range r.header.All() {
+		if passes(dropRequestHeaders, hop, k) && !bytes.EqualFold(k, []byte("Content-Type")) {
+			h.Add(string(k), string(v))
+		}
+	}
+	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
+	h.Set("OpenAI-Beta", socketBeta)
+	d := websocket.Dialer{
+		NetDial:           func(network, addr string) (net.Conn, error) { return dialAside(s.dialer, addr) },
+		HandshakeTimeout:  s.cfg.ConnectTimeout,
+		EnableCompression: true,
+	}
+	url := socketURL(ad.url(base, r))
+	conn, resp, err := d.Dial(url, h)
+	if err == nil {
+		if q := parseQuota(s.deps.Clock.Now(), handshakeHeader(resp)); q != nil {
+			s.runtime().SetQuota(a.ID, *q)
+		}
+		s.endpoints.markUp(endpoint)
+		return &upstreamSocket{conn: conn, accountID: a.ID}, nil, false
+	}
+	if resp == nil {
+		return nil, &failure{verdict: verdictUnreachable, err: &dialError{err}, endpoint: endpoint}, false
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUpgradeRequired, http.StatusNotImplemented:
+		return nil, nil, true
+	}
+	s.endpoints.markUp(endpoint)
+	hdr := handshakeHeader(resp)
+	body := make([]byte, 0, 4096)
+	for len(body) < errBodyMax {
+		n, rerr := resp.Body.Read(body[len(body):min(cap(body), errBodyMax)])
+		body = body[:len(body)+n]
+		if rerr != nil {
+			break
+		}
+		if len(body) == cap(body) {
+			body = append(body, 0)[:len(body)]
+		}
+	}
+	f = &failure{status: resp.StatusCode, endpoint: endpoint, upstreamID: resp.Header.Get("x-request-id"), body: redact(body, sec)}
+	f.verdict = classify(f.status, hdr, f.body)
+	if f.verdict == verdictUsageLimit {
+		f.resetAt = resetTime(s.deps.Clock.Now(), hdr, f.body)
+	}
+	return nil, f, false
+}
+
+// frameFailure reads an upstream error frame before any output as the
+// failed HTTP answer it stands for: its status, its headers and its error
+// object go through the same classify.
+func (s *Server) frameFailure(frame []byte, sec *secrets.Secret, endpoint string) *failure {
+	hdr := new(fasthttp.ResponseHeader)
+	gjson.GetBytes(frame, "headers").ForEach(func(k, v gjson.Result) bool {
+		hdr.Set(k.Str, v.String())
+		return true
+	})
+	f := &failure{status: int(gjson.GetBytes(frame, "status").Int()), endpoint: endpoint,
+		upstreamID: string(hdr.Peek("x-request-id")), body: redact(bytes.Clone(frame), sec)}
+	f.verdict = classify(f.status, hdr, f.body)
+	if f.verdict == verdictUsageLimit {
+		f.resetAt = resetTime(s.deps.Clock.Now(), hdr, f.body)
+	}
+	return f
+}
+
+// handshakeHeader is resp's headers as a fasthttp response header, which
+// classify, resetTime and parseQuota read.
+func handshakeHeader(resp *http.Response) *fasthttp.ResponseHeader {
+	hdr := new(fasthttp.ResponseHeader)
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			hdr.Add(k, v)
+		}
+	}
+	return hdr
+}
+
+// socketURL is an http(s) URL as the ws(s) URL of the same place.
+func socketURL(u string) string {
+	if rest, ok := strings.CutPrefix(u, "https://"); ok {
+		return "wss://" + rest
+	}
+	return "ws://" + strings.TrimPrefix(u, "http://")
+}
+
+// readFrameText reads the next text frame, waiting at most wait.
+func readFrameText(conn *websocket.Conn, wait time.Duration) ([]byte, error) {
+	for {
+		if err := conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+			return nil, err
+		}
+		typ, data, err := conn.ReadMessage()
+		if err != nil || typ == websocket.TextMessage {
+			return data, err
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sseFrame appends frame as one SSE event.
+func sseFrame(dst, frame []byte) []byte {
+	dst = append(dst, "data: "...)
+	dst = append(dst, frame...)
+	return append(dst, '\n', '\n')
+}
+
+// terminalEvents end an answer on a socket: after one, the socket is
+// ready for the next request.
+var terminalEvents = map[string]bool{
+	"response.completed": true, "response.done": true, "response.incomplete": true,
+	"response.failed": true, "error": true,
+}
+
+// frameReader is an upstream socket's answer as the SSE bytes of an HTTP
+// answer: each text frame one event. It ends after the answer's last
+// event; closed cleanly after that, the socket stays for the next
+// request, closed any other way it is dropped.
+type frameReader struct {
+	sk      *socket
+	up      *upstreamSocket
+	stall   time.Duration
+	pending []byte
+	off     int
+	ended   bool
+	closed  bool
+}
+
+func (fr *frameReader) Read(p []byte) (int, error) {
+	for fr.off == len(fr.pending) {
+		if fr.ended {
+			return 0, io.EOF
+		}
+		frame, err := readFrameText(fr.up.conn, fr.stall)
+		if err != nil {
+			return 0, err
+		}
+		fr.pending, fr.off = sseFrame(fr.pending[:0], frame), 0
+		fr.ended = terminalEvents[gjson.GetBytes(frame, "type").Str]
+	}
+	n := copy(p, fr.pending[fr.off:])
+	fr.off += n
+	return n, nil
+}
+
+// CloseWithError ends the answer: err nil after its last event keeps the
+// socket, anything else drops it. Only the first call counts.
+func (fr *frameReader) CloseWithError(err error) error {
+	if fr.closed {
+		return nil
+	}
+	fr.closed = true
+	if err != nil || !fr.ended || fr.off < len(fr.pending) {
+		if fr.sk.up == fr.up {
+			fr.sk.dropUpstream()
+		}
+	}
+	return nil
+}
+
+// dropUpstream closes the socket's upstream socket, if it has one.
+func (sk *socket) dropUpstream() {
+	if sk.up != nil {
+		sk.up.conn.Close()
+		sk.up = nil
+	}
+}
