@@ -88,9 +88,13 @@ type socket struct {
 	history  history
 	up       *upstreamSocket // to the account serving the socket, while it does
 
-	mu      sync.Mutex // guards busy and closing
-	busy    bool       // a request is being answered
-	closing bool       // shutdown: close once the request in flight is answered
+	// mu guards busy, closing and done. Held while shutdown writes the
+	// close frame, so the connection, which fasthttp releases once run
+	// returns, outlives every use made of it from outside run.
+	mu      sync.Mutex
+	busy    bool // a request is being answered
+	closing bool // shutdown: close once the request in flight is answered
+	done    bool // run has ended: the connection is no one's to use
 }
 
 // run serves the socket's frames one at a time, as a Responses client
@@ -102,7 +106,12 @@ func (sk *socket) run(conn *websocket.Conn) {
 		return
 	}
 	defer sk.s.sockets.remove(sk)
-	defer conn.Close()
+	defer func() {
+		sk.mu.Lock()
+		sk.done = true
+		sk.mu.Unlock()
+		conn.Close()
+	}()
 	defer sk.dropUpstream() // a client gone frees its upstream socket
 	conn.SetPongHandler(func(string) error {
 		return conn.SetReadDeadline(time.Now().Add(socketQuiet))
@@ -176,10 +185,12 @@ func (sk *socket) handle(frame []byte, tooLarge bool) {
 	}
 }
 
-// keepAlive pings the client every socketPing until stop is called.
+// keepAlive pings the client every socketPing until stop is called; stop
+// returns once the pinging has ended.
 func (sk *socket) keepAlive() (stop func()) {
-	done := make(chan struct{})
+	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(ended)
 		t := time.NewTicker(socketPing)
 		defer t.Stop()
 		for {
@@ -193,7 +204,7 @@ func (sk *socket) keepAlive() (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() { close(done); <-ended }
 }
 
 // begin marks a request in flight; false when the socket is closing.
@@ -216,10 +227,9 @@ func (sk *socket) end() bool {
 // the request in flight is answered.
 func (sk *socket) shutdown() {
 	sk.mu.Lock()
+	defer sk.mu.Unlock()
 	sk.closing = true
-	idle := !sk.busy
-	sk.mu.Unlock()
-	if idle {
+	if !sk.busy && !sk.done {
 		sk.closeGoingAway()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -552,5 +553,62 @@ func TestSocketCompactionPassesThroughAndFailsOver(t *testing.T) {
 			up.Header.Get("x-codex-beta-features") != "remote_compaction_v2" {
 			t.Errorf("http=%v: upstream got %s with %v", viaHTTP, up.Body, up.Header)
 		}
+	}
+}
+
+// SPEC §10: sockets count toward the proxy's capacity, and one serve holds
+// at least 500 of them, each served.
+func TestSocketFiveHundredAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 500 sockets")
+	}
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+	const n = 500
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		c, resp, err := e.dialSocket("/v1/responses")
+		if err != nil {
+			t.Fatalf("socket %d: %v (%v)", i, err, resp)
+		}
+		conns[i] = c
+		defer c.Close()
+	}
+	// Every socket open at once, each answers a turn.
+	errs := make(chan error, n)
+	for _, c := range conns {
+		go func() {
+			if err := c.WriteMessage(websocket.TextMessage, []byte(createFrame)); err != nil {
+				errs <- err
+				return
+			}
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			for {
+				_, b, err := c.ReadMessage()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if typ := gjson.GetBytes(b, "type").Str; typ == "response.completed" || typ == "error" {
+					if typ == "error" {
+						errs <- fmt.Errorf("error frame: %s", b)
+						return
+					}
+					errs <- nil
+					return
+				}
+			}
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.srv.sockets.mu.Lock()
+	open := len(e.srv.sockets.open)
+	e.srv.sockets.mu.Unlock()
+	if open != n {
+		t.Errorf("%d sockets open on the proxy, want %d", open, n)
 	}
 }
