@@ -184,6 +184,7 @@ func (s *Server) sendVia(r *request, ad Adapter, a *accounts.Account, sec *secre
 		if ans, f, ok := s.sendFrame(r, ad, a, sec); ok {
 			return ans, f
 		}
+		r.asHTTP()
 	}
 	return s.send(r, ad, a, sec)
 }

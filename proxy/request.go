@@ -46,13 +46,15 @@ type request struct {
 	// a socket's requests stay together (socket.create).
 	fallbackAffinity string
 
-	// A request that came in on a socket: the socket, its frame as sent,
-	// and, when it names an exchange the socket remembers, the frame with
-	// that exchange in full (for an upstream socket that never had it).
-	// answeredBy is the upstream socket that answered, if one did.
+	// A request that came in on a socket: the socket, its frame as sent
+	// and the frame's input items, the exchange it names if the socket
+	// remembers it, whether body is the HTTP form yet (asHTTP), and the
+	// upstream socket that answered, if one did.
 	socket     *socket
 	frame      []byte
-	frameWhole []byte
+	frameInput []byte
+	prior      *history
+	httpForm   bool
 	answeredBy *upstreamSocket
 
 	// edited is the body as an adapter that edits bodies made it, once

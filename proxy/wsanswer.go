@@ -106,14 +106,42 @@ const maxHistory = 16 << 20
 
 // history is what a socket remembers of its last exchange, so that a
 // request naming it by previous_response_id can be sent whole to an
-// upstream that keeps nothing between requests (HTTP with store:false):
-// the input of that exchange and the output that answered it.
+// upstream that never had it (HTTP with store:false, or another
+// account's socket): the input of that exchange and the output that
+// answered it. It is kept as the parts it was made of, each a
+// comma-separated list of items, so a long session costs no copy per
+// turn.
 type history struct {
 	id    string
-	items []byte // input then output items, comma-separated
+	parts [][]byte
+	size  int
 	// up is the upstream socket that answered, which knows the exchange
 	// itself; nil when it went over HTTP or rotor answered it.
 	up *upstreamSocket
+}
+
+// add appends a list of items.
+func (h *history) add(items []byte) {
+	if items = bytes.TrimSpace(items); len(items) > 0 {
+		h.parts = append(h.parts, items)
+		h.size += len(items) + 1
+	}
+}
+
+// with is the whole conversation up to and including items, as one
+// comma-separated list.
+func (h *history) with(items []byte) []byte {
+	out := make([]byte, 0, h.size+len(items))
+	for _, p := range append(h.parts[:len(h.parts):len(h.parts)], bytes.TrimSpace(items)) {
+		if len(p) == 0 {
+			continue
+		}
+		if len(out) > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p...)
+	}
+	return out
 }
 
 // frameFields are the members of a response.create frame rotor reads.
@@ -143,7 +171,10 @@ func readFrame(frame []byte, ms []member) frameFields {
 }
 
 // create serves a response.create frame: a warm-up is answered by rotor
-// itself, any other is a request through the forward loop.
+// itself, any other is a request through the forward loop. The frame
+// goes up as it is on the socket's own upstream socket; the HTTP body it
+// stands for, and the frame with the conversation in full, are made only
+// when an attempt needs them (request.asHTTP, sendFrame).
 func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
 	var sc scanned
 	if !scanBody(frame, &sc) || !sc.object {
@@ -155,26 +186,50 @@ func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
 		sk.warmUp(w, r, f)
 		return
 	}
-	input, whole := f.input, []byte(nil)
+	var next history
 	if f.previousResponse != "" && f.previousResponse == sk.history.id && f.inputArray {
-		input = joinItems(sk.history.items, input)
-		whole = input
+		prior := sk.history
+		r.prior, next = &prior, prior
+		next.parts = prior.parts[:len(prior.parts):len(prior.parts)] // appends copy, never share
 	}
-	// Each request gets the socket's headers and, as headers, what the
-	// frame carries for them (session_id, x-codex-*).
+	// Each request gets the socket's headers, to which the HTTP form
+	// adds what the frame carries for them (session_id, x-codex-*).
 	r.header = new(fasthttp.RequestHeader)
 	sk.header.CopyTo(r.header)
 	r.op, r.socket, r.fallbackAffinity = opResponses, sk, sk.affinity
-	r.body = rewriteFrame(frame, sc.members, whole, r.header)
-	r.frame = frame
-	if whole != nil {
-		r.frameWhole = rewriteFrame(frame, sc.members, whole, nil)
-	}
+	r.body, r.frame, r.frameInput = frame, frame, f.input
 	sk.s.serve(w, r)
 	sk.history = history{}
-	if w.responseID != "" && !w.overflow && f.inputArray && len(input)+len(w.output) <= maxHistory {
-		sk.history = history{id: w.responseID, items: joinItems(input, w.output), up: r.answeredBy}
+	if w.responseID != "" && !w.overflow && f.inputArray {
+		next.id, next.up = w.responseID, r.answeredBy
+		next.add(f.input)
+		next.add(w.output)
+		if next.size <= maxHistory {
+			sk.history = next
+		}
 	}
+}
+
+// wholeInput is r's input with the exchange it names in front, nil when
+// it names none the socket remembers.
+func (r *request) wholeInput() []byte {
+	if r.prior == nil {
+		return nil
+	}
+	return r.prior.with(r.frameInput)
+}
+
+// asHTTP turns a socket's request into the body of POST /responses, once:
+// an attempt over HTTP needs it.
+func (r *request) asHTTP() {
+	if r.socket == nil || r.httpForm {
+		return
+	}
+	var sc scanned
+	scanBody(r.frame, &sc)
+	r.body = rewriteFrame(r.frame, sc.members, r.wholeInput(), r.header)
+	r.httpForm = true
+	scanBody(r.body, &r.scan) // what the adapters' edits read
 }
 
 // rewriteFrame is a response.create frame with the named exchange's items
@@ -234,19 +289,6 @@ func frameHeader(k string) bool {
 	return k == "session_id" || k == "thread_id" || k == "turn_id" || strings.HasPrefix(k, "x-")
 }
 
-// joinItems is two comma-separated lists of items as one.
-func joinItems(a, b []byte) []byte {
-	a, b = bytes.TrimSpace(a), bytes.TrimSpace(b)
-	switch {
-	case len(a) == 0:
-		return bytes.Clone(b)
-	case len(b) == 0:
-		return bytes.Clone(a)
-	}
-	out := make([]byte, 0, len(a)+1+len(b))
-	return append(append(append(out, a...), ','), b...)
-}
-
 // warmUp answers a generate:false response.create as the Responses API
 // does, with an empty completed response, and remembers its input: the
 // request that follows names it by previous_response_id and sends only
@@ -258,7 +300,8 @@ func (sk *socket) warmUp(w *wsResponder, r *request, f frameFields) {
 		`"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0}}}`))
 	sk.history = history{}
 	if f.inputArray {
-		sk.history = history{id: id, items: bytes.Clone(f.input)}
+		sk.history = history{id: id}
+		sk.history.add(bytes.Clone(f.input))
 	}
 	sk.s.finish(r, ending{status: 200, code: "warm_up"})
 }

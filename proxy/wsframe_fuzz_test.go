@@ -19,7 +19,7 @@ func FuzzFrameBody(f *testing.F) {
 	f.Add([]byte(` { "input" : "text" , "type":"response.create"} `), []byte(`{}`))
 	f.Add([]byte(`{"input":[{"a":"b"}]}`), []byte(" "))      // history of white space only
 	f.Add([]byte(`{"input":[]}`), []byte("{\"\":\"\x01\"}")) // a raw control character, which scanBody lets pass
-	f.Fuzz(func(t *testing.T, frame, history []byte) {
+	f.Fuzz(func(t *testing.T, frame, prior []byte) {
 		// scanBody lets raw control characters in strings pass (see
 		// scanner.str): such a frame is the upstream's to refuse.
 		var sc scanned
@@ -28,22 +28,24 @@ func FuzzFrameBody(f *testing.F) {
 		}
 		fields := readFrame(frame, sc.members)
 		hist := []byte(nil)
-		if len(history) > 0 && json.Valid(append(append([]byte{'['}, history...), ']')) {
-			hist = history
+		if len(prior) > 0 && json.Valid(append(append([]byte{'['}, prior...), ']')) {
+			hist = prior
 		}
 		var whole []byte
 		expand := fields.inputArray
 		if expand {
-			whole = joinItems(hist, fields.input)
+			var h history
+			h.add(hist)
+			whole = h.with(fields.input)
 		}
 		if sock := rewriteFrame(frame, sc.members, whole, nil); !json.Valid(sock) ||
 			expand && gjson.GetBytes(sock, "previous_response_id").Exists() {
-			t.Fatalf("frame %s with history %s gave the socket frame %s", frame, history, sock)
+			t.Fatalf("frame %s with history %s gave the socket frame %s", frame, prior, sock)
 		}
 		var hdr fasthttp.RequestHeader
 		body := rewriteFrame(frame, sc.members, whole, &hdr)
 		if !json.Valid(body) {
-			t.Fatalf("frame %s with history %s gave invalid JSON %s", frame, history, body)
+			t.Fatalf("frame %s with history %s gave invalid JSON %s", frame, prior, body)
 		}
 		got := gjson.ParseBytes(body)
 		if got.Get("type").Exists() || got.Get("generate").Exists() || got.Get("session_id").Exists() {

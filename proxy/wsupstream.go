@@ -82,10 +82,12 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		sk.up = up
 	}
 	frame := r.frame
-	if r.frameWhole != nil && sk.history.up != sk.up {
+	if r.prior != nil && r.prior.up != sk.up {
 		// The exchange r names was not had on this upstream socket: it
 		// cannot know it, so the conversation goes up whole.
-		frame = r.frameWhole
+		var sc scanned
+		scanBody(r.frame, &sc)
+		frame = rewriteFrame(r.frame, sc.members, r.wholeInput(), nil)
 	}
 	conn := sk.up.conn
 	if conn.SetWriteDeadline(time.Now().Add(socketWriteWait)) != nil || conn.WriteMessage(websocket.TextMessage, frame) != nil {
@@ -116,7 +118,8 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 
 // dialUpstream opens a socket to a's endpoint with the headers an HTTP
 // request would carry. refused reports an endpoint that answered the
-// upgrade as an HTTP server without sockets would (404, 405, 426, 501).
+// upgrade as an HTTP server without sockets would (any status but 101
+// below 400, or 404, 405, 426, 501).
 func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base, endpoint string) (up *upstreamSocket, f *failure, refused bool) {
 	h := http.Header{}
 	hop := r.header.Peek("Connection")
@@ -145,8 +148,10 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		return nil, &failure{verdict: verdictUnreachable, err: &dialError{err}, endpoint: endpoint}, false
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUpgradeRequired, http.StatusNotImplemented:
+	switch {
+	case resp.StatusCode < 400, resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusMethodNotAllowed,
+		resp.StatusCode == http.StatusUpgradeRequired, resp.StatusCode == http.StatusNotImplemented:
+		// An HTTP server without sockets: it answered the GET as a GET.
 		return nil, nil, true
 	}
 	s.endpoints.markUp(endpoint)

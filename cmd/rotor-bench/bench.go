@@ -111,6 +111,9 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		stop()
 		table(out, sc, best)
 	}
+	if cfg.only == "" || strings.Contains("session", cfg.only) {
+		return runSessions(ctx, cfg, up, out, log)
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -14,6 +15,8 @@ import (
 // or with "stream": true an SSE stream of events header x-bench-events
 // deltas, x-bench-gap-ms apart. Each delta carries "t", the UnixNano at
 // which it was written, for the client to compute per-event latency.
+// Session requests (x-bench-session, or a WebSocket on /v1/responses) get
+// a tool call each (session.go).
 type upstream struct {
 	srv *http.Server
 	url string
@@ -33,6 +36,15 @@ func startUpstream() (*upstream, error) {
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case strings.EqualFold(r.Header.Get("Upgrade"), "websocket"):
+		serveSessionSocket(w, r)
+		return
+	case r.Header.Get("x-bench-session") != "":
+		io.Copy(io.Discard, r.Body)
+		serveSessionSSE(w)
+		return
+	}
 	// The body is read whole, as the real API does before answering.
 	var head [512]byte
 	n, _ := io.ReadFull(r.Body, head[:])
