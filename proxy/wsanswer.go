@@ -47,19 +47,28 @@ func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body
 	sc.onEvent = w.event
 	buf := make([]byte, 16<<10)
 	var whole []byte // a JSON answer, framed whole at its end
+	tooBig := false
 	for !w.failed {
 		n, err := body.Read(buf)
-		if body.isJSON {
-			whole = append(whole, buf[:n]...)
-		} else {
+		switch {
+		case !body.isJSON:
 			sc.feed(buf[:n])
+		case len(whole)+n <= maxJSONUsage:
+			whole = append(whole, buf[:n]...)
+		default:
+			whole, tooBig = nil, true // an object too large for one frame: its end says so
 		}
 		if err != nil {
 			break
 		}
 	}
-	if len(whole) > 0 && !w.failed {
-		w.write(append(append([]byte(`{"type":"response.completed","response":`), whole...), '}'))
+	if body.isJSON && !w.failed {
+		if tooBig {
+			w.write(rerr.Build(rerr.Spec{Code: "stream_interrupted", Status: 502,
+				Message: "the upstream answered with one object larger than a frame rotor sends"}).Frame(nil))
+		} else {
+			w.write(append(append([]byte(`{"type":"response.completed","response":`), whole...), '}'))
+		}
 	}
 	body.CloseWithError(nil) // the relay knows from its own read whether the answer ended
 }
