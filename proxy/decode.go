@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/flate"
@@ -69,9 +68,6 @@ var zstdDecoders = sync.Pool{New: func() any {
 // each holds a 32 KiB window and Huffman tables.
 var gzipReaders, zlibReaders, flateReaders sync.Pool
 
-// errBodyTooLarge is a body that decodes to more than the cap.
-var errBodyTooLarge = errors.New("decoded body is larger than the cap")
-
 // decodeBody decodes raw, compressed in c, into a buffer from bodyPool,
 // never holding more than limit+1 decoded bytes: a body that decodes to
 // more is errBodyTooLarge, however small raw is. release returns the
@@ -122,34 +118,7 @@ func decodeBody(c coding, raw []byte, limit int) (body []byte, release func(), e
 		return nil, release, err
 	}
 
-	var buf []byte
-	if p, ok := bodyPool.Get().(*[]byte); ok {
-		buf = (*p)[:0]
-	}
-	release = func() {
-		if cap(buf) <= maxPooledBody {
-			buf = buf[:0]
-			bodyPool.Put(&buf)
-		}
-	}
-	for {
-		if len(buf) == cap(buf) {
-			// Doubled by hand, not by append, so the buffer never
-			// outgrows the cap by more than the allocator's rounding.
-			buf = slices.Grow(buf, min(max(cap(buf), 64<<10), limit+1-len(buf)))
-		}
-		n, err := dec.Read(buf[len(buf):min(cap(buf), limit+1)])
-		buf = buf[:len(buf)+n]
-		if len(buf) > limit {
-			return nil, release, errBodyTooLarge
-		}
-		if err == io.EOF {
-			return buf, release, nil
-		}
-		if err != nil {
-			return nil, release, err
-		}
-	}
+	return readBounded(dec, 0, limit)
 }
 
 func newFlateReader(r io.Reader) (io.ReadCloser, error) { return flate.NewReader(r), nil }

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -155,12 +156,31 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func()
 	if stream == nil || n == 0 {
 		return ctx.Request.Body(), release, nil
 	}
+	body, release, err := readBounded(stream, n, s.cfg.MaxBody)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return nil, release, tooLarge
+	case err != nil:
+		return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
+	}
+	return body, release, nil
+}
+
+// errBodyTooLarge is readBounded's: the body, as sent or as decoded, is
+// over the cap.
+var errBodyTooLarge = errors.New("request body is larger than the cap")
+
+// readBounded reads src to its end into a pooled buffer (sized for hint
+// bytes when known), at most limit bytes: one more is errBodyTooLarge,
+// and nothing past it is read. release returns the buffer; the body must
+// not be used after it.
+func readBounded(src io.Reader, hint, limit int) (body []byte, release func(), err error) {
 	var buf []byte
 	if p, ok := bodyPool.Get().(*[]byte); ok {
 		buf = (*p)[:0]
 	}
-	if n > cap(buf) {
-		buf = make([]byte, 0, n)
+	if hint > cap(buf) {
+		buf = make([]byte, 0, hint)
 	}
 	release = func() {
 		if cap(buf) <= maxPooledBody {
@@ -170,18 +190,20 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func()
 	}
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			// Doubled by hand, not by append, so the buffer never
+			// outgrows the cap by more than the allocator's rounding.
+			buf = slices.Grow(buf, min(max(cap(buf), 64<<10), limit+1-len(buf)))
 		}
-		m, err := stream.Read(buf[len(buf):min(cap(buf), s.cfg.MaxBody+1)])
-		buf = buf[:len(buf)+m]
-		if len(buf) > s.cfg.MaxBody {
-			return nil, release, tooLarge
+		n, err := src.Read(buf[len(buf):min(cap(buf), limit+1)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			return nil, release, errBodyTooLarge
 		}
 		if err == io.EOF {
 			return buf, release, nil
 		}
 		if err != nil {
-			return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
+			return nil, release, err
 		}
 	}
 }
