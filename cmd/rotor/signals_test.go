@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
+
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
@@ -311,4 +313,47 @@ func TestEnvPrefersTheDefaultPort(t *testing.T) {
 	}
 	def.stop(t)
 	other.stop(t)
+}
+
+// SPEC §10: on SIGTERM a socket finishes the answer in flight, then closes
+// with 1001; serve then exits cleanly.
+func TestServeSIGTERMFinishesASocketsAnswerThenClosesIt(t *testing.T) {
+	h := signalHome(t, upstreamtest.Behavior{EventDelay: 100 * time.Millisecond})
+	p := raceServe(t, rotorBin, h.env, "serve")
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Bearer "+raceClientKey)
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	c, _, err := d.Dial("ws://"+hostOf(p.url)+"/v1/responses", hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"gpt-5","input":[]}`))
+	c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, _, err := c.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	var last []byte
+	for {
+		_, b, err := c.ReadMessage()
+		if err != nil {
+			if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Errorf("want close 1001 after the answer, got %v", err)
+			}
+			break
+		}
+		last = b
+	}
+	if !strings.Contains(string(last), `"type":"response.completed"`) {
+		t.Errorf("SIGTERM cut the answer in flight; last frame %s", last)
+	}
+	select {
+	case <-p.exited:
+		if p.exitErr != nil {
+			t.Errorf("serve exited with %v after SIGTERM: %s", p.exitErr, p.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
 }
