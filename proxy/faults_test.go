@@ -270,7 +270,9 @@ func TestAccountSecretsNeverReachTheClient(t *testing.T) {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
 	e.up.Set(echoKey, upstreamtest.Behavior{Headers: map[string]string{
-		"Set-Cookie": "session=" + echoKey, "Authorization": "Bearer " + echoKey, "WWW-Authenticate": "Bearer", "x-kept": "yes"}})
+		"Set-Cookie": "session=" + echoKey, "Authorization": "Bearer " + echoKey, "WWW-Authenticate": "Bearer", "x-kept": "yes",
+		// Any header may quote it: a gateway that reflects what it got.
+		"X-Echo-Authorization": "Bearer " + echoKey}})
 	resp = e.do("POST", "/v1/responses", streamBody)
 	readAll(t, resp)
 	for k, v := range resp.Header {
@@ -278,8 +280,8 @@ func TestAccountSecretsNeverReachTheClient(t *testing.T) {
 			t.Errorf("header %s carries the account's key", k)
 		}
 	}
-	if resp.Header.Get("x-kept") != "yes" {
-		t.Errorf("an ordinary header was dropped: %v", resp.Header)
+	if resp.Header.Get("x-kept") != "yes" || resp.Header.Get("X-Echo-Authorization") != "Bearer [redacted]" {
+		t.Errorf("want ordinary headers kept and the echo redacted: %v", resp.Header)
 	}
 }
 
@@ -473,4 +475,64 @@ func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 	eventually(t, 5*time.Second, "goroutines back to their number before 20 dials", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
+}
+
+// Every fixed hop-by-hop header is the client's connection's, never the
+// upstream's (RFC 9110 §7.6.1), whatever the Connection header says.
+func TestHopByHopHeadersNeverReachTheUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	hop := []string{"Proxy-Authorization: Basic eDp5", "TE: trailers", "Upgrade: h2c", "Keep-Alive: timeout=5", "Trailer: x-t",
+		"Proxy-Connection: keep-alive"}
+	out := e.rawRequest("POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + testKey +
+		"\r\n" + strings.Join(hop, "\r\n") + "\r\nx-kept: yes\r\nContent-Type: application/json\r\nContent-Length: " +
+		fmt.Sprint(len(streamBody)) + "\r\nConnection: close\r\n\r\n" + streamBody)
+	if !strings.HasPrefix(out, "HTTP/1.1 200") {
+		t.Fatalf("answer %.200q", out)
+	}
+	rec := e.up.Requests()
+	if len(rec) != 1 || rec[0].Header.Get("x-kept") != "yes" {
+		t.Fatalf("upstream got %+v", rec)
+	}
+	for _, h := range hop {
+		name, _, _ := strings.Cut(h, ":")
+		if v := rec[0].Header.Get(name); v != "" {
+			t.Errorf("%s reached the upstream: %q", name, v)
+		}
+	}
+}
+
+// The relay writes every event as it arrives: spread out upstream, the
+// events reach the client spread out, not in one burst at the end.
+func TestRelayIsTimedEventByEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	const gap = 40 * time.Millisecond
+	e.up.Set("k1", upstreamtest.Behavior{EventDelay: gap})
+	resp := e.do("POST", "/v1/responses", streamBody)
+	defer resp.Body.Close()
+	var at []time.Time
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			at = append(at, time.Now())
+		}
+	}
+	if len(at) < 10 {
+		t.Fatalf("%d events", len(at))
+	}
+	// From the first output event (the third; the two before it are held
+	// back with it) each event comes about one gap after the one before.
+	// A loaded machine may bunch a pair now and then; a relay that
+	// buffers bunches them all.
+	spaced := 0
+	for i := 3; i < len(at); i++ {
+		if at[i].Sub(at[i-1]) >= gap/2 {
+			spaced++
+		}
+	}
+	if n := len(at) - 3; spaced < n/2 {
+		t.Errorf("only %d of %d events came about %s after the one before: the relay buffers", spaced, n, gap)
+	}
 }

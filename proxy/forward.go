@@ -235,6 +235,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 		s.runtime().SetQuota(a.ID, *q)
 	}
 	if status >= 200 && status < 300 {
+		redactHeaders(&resp.Header, sec)
 		return s.readStart(r, resp, sh)
 	}
 	f := &failure{status: status, endpoint: endpoint, upstreamID: string(resp.Header.Peek("x-request-id")),

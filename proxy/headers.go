@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strings"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -95,10 +96,41 @@ func namedIn(list, k []byte) bool {
 // redact replaces the account's own secrets wherever an upstream quoted
 // them in an error body, before any of it can reach the client or a log.
 func redact(body []byte, sec *secrets.Secret) []byte {
-	for _, v := range [...]string{sec.APIKey, sec.AccessToken, sec.RefreshToken, sec.IDToken} {
+	for _, v := range secretValues(sec) {
 		if len(v) >= 8 && bytes.Contains(body, []byte(v)) {
 			body = bytes.ReplaceAll(body, []byte(v), []byte("[redacted]"))
 		}
 	}
 	return body
+}
+
+// quotes reports whether b contains one of sec's values, without
+// allocating: it runs on every header of every answer.
+func quotes(b []byte, sec *secrets.Secret) bool {
+	for _, v := range secretValues(sec) {
+		if len(v) >= 8 && strings.Contains(unsafe.String(unsafe.SliceData(b), len(b)), v) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretValues are the values of sec that must never leave rotor.
+func secretValues(sec *secrets.Secret) [4]string {
+	return [...]string{sec.APIKey, sec.AccessToken, sec.RefreshToken, sec.IDToken}
+}
+
+// redactHeaders replaces, in every header of an answer, the account's
+// own secrets where an upstream (or a gateway at its base_url) echoed
+// them: a header is relayed to the client whatever its name.
+func redactHeaders(h *fasthttp.ResponseHeader, sec *secrets.Secret) {
+	var echoed [][]byte
+	for k, v := range h.All() {
+		if quotes(v, sec) {
+			echoed = append(echoed, bytes.Clone(k))
+		}
+	}
+	for _, k := range echoed {
+		h.SetBytesV(string(k), redact(h.PeekBytes(k), sec))
+	}
 }

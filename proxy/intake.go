@@ -261,18 +261,31 @@ func (s *Server) authorized(h *fasthttp.RequestHeader) bool {
 }
 
 // loopbackHostPort reports whether a Host header names a loopback literal
-// or localhost, with any port.
+// or localhost, with any port: a port is digits only, so nothing can
+// hide another host behind it ("localhost:80@evil.com").
 func loopbackHostPort(hp []byte) bool {
-	host := hp
+	host, port := hp, []byte(nil)
 	switch {
 	case len(hp) > 0 && hp[0] == '[':
 		end := bytes.IndexByte(hp, ']')
 		if end < 0 {
 			return false
 		}
-		host = hp[1:end]
+		host, port = hp[1:end], hp[end+1:]
+		if len(port) > 0 {
+			if port[0] != ':' {
+				return false
+			}
+			port = port[1:]
+		}
 	case bytes.Count(hp, []byte{':'}) == 1:
-		host = hp[:bytes.IndexByte(hp, ':')]
+		i := bytes.IndexByte(hp, ':')
+		host, port = hp[:i], hp[i+1:]
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
 	}
 	return LoopbackHost(string(host))
 }

@@ -99,6 +99,26 @@ func TestStreamIsIncremental(t *testing.T) {
 	}
 }
 
+// Host headers that only start like a loopback name, or hide another
+// host behind a port, are refused before anything else (SPEC §4). They
+// go raw: net/http would not send some of them.
+func TestGuardRefusesHostsThatOnlyLookLoopback(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	for _, host := range []string{"localhost.evil.example", "127.0.0.1.nip.io", "127.0.0.1.nip.io:8787",
+		"localhost:80@evil.com", "localhost:x", "[::1]:80@evil.com", "[::1]x"} {
+		out := e.rawRequest("GET /v1/models HTTP/1.1\r\nHost: " + host + "\r\nAuthorization: Bearer " + testKey + "\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(out, "HTTP/1.1 403") || !strings.Contains(out, rerr.ProxyForbiddenHost) {
+			t.Errorf("Host %q: %.80q", host, out)
+		}
+	}
+	for _, host := range []string{"localhost:8787", "127.0.0.1", "[::1]:8787", "localhost"} {
+		if out := e.rawRequest("GET /v1/models HTTP/1.1\r\nHost: " + host + "\r\nAuthorization: Bearer " + testKey + "\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(out, "HTTP/1.1 200") {
+			t.Errorf("Host %q refused: %.80q", host, out)
+		}
+	}
+}
+
 func TestGuards(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
@@ -120,6 +140,9 @@ func TestGuards(t *testing.T) {
 		{"foreign host", "POST", "/v1/responses", []string{"Host", "evil.example:8787"}, false, 403, rerr.ProxyForbiddenHost},
 		{"foreign origin", "POST", "/v1/responses", []string{"Origin", "https://evil.example"}, false, 403, rerr.ProxyForbiddenHost},
 		{"loopback origin", "POST", "/v1/responses", []string{"Origin", "http://localhost:3000"}, false, 200, ""},
+		// Names that only start like a loopback one are someone else's.
+		{"origin localhost.evil", "POST", "/v1/responses", []string{"Origin", "http://localhost.evil.example"}, false, 403, rerr.ProxyForbiddenHost},
+		{"origin 127.0.0.1.nip.io", "POST", "/v1/responses", []string{"Origin", "http://127.0.0.1.nip.io:8787"}, false, 403, rerr.ProxyForbiddenHost},
 		{"localhost host", "POST", "/responses", []string{"Host", "localhost:1"}, false, 200, ""},
 	}
 	for _, c := range cases {
