@@ -164,6 +164,7 @@ type Server struct {
 	endpoints *endpoints
 	adapters  *Adapters
 	sockets   socketSet
+	quiet     quietConns
 	noSockets noSockets // endpoints that refused a WebSocket upgrade
 }
 
@@ -215,7 +216,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Serve answers requests on ln until Shutdown. It returns nil after a clean
 // shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.srv.Serve(retryListener{Listener: ln, log: s.deps.Log})
+	err := s.srv.Serve(retryListener{Listener: ln, log: s.deps.Log, quiet: &s.quiet})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -226,7 +227,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // streams and WebSocket answers included, to finish, at most until ctx
 // ends. Open WebSockets are closed with 1001 (going away).
 func (s *Server) Shutdown(ctx context.Context) error {
+	stop := s.quiet.closeUntil()
 	err := s.srv.ShutdownWithContext(ctx)
+	stop()
 	// fasthttp has handed sockets over: each closes with 1001 once the
 	// response it is answering has ended.
 	err = errors.Join(err, s.sockets.shutdown(ctx))
@@ -271,14 +274,18 @@ func LoopbackHost(host string) bool {
 // logs each error at warn.
 type retryListener struct {
 	net.Listener
-	log zerolog.Logger
+	log   zerolog.Logger
+	quiet *quietConns
 }
 
 func (l retryListener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
-		if err == nil || errors.Is(err, net.ErrClosed) {
+		if err == nil {
+			return l.quiet.add(c), nil
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return c, err
 		}
 		delay = min(max(2*delay, 5*time.Millisecond), time.Second)

@@ -357,3 +357,24 @@ func TestServeSIGTERMFinishesASocketsAnswerThenClosesIt(t *testing.T) {
 		t.Fatal("serve did not exit after SIGTERM")
 	}
 }
+
+// A connection that never sends a request (a browser's preconnect, an
+// editor's spare keep-alive) holds nothing up: SPEC §3, exit 0 within 1 s
+// when nothing is in flight.
+func TestServeStopsAtOnceWithSilentConnections(t *testing.T) {
+	h := signalHome(t, upstreamtest.Behavior{})
+	p := raceServe(t, rotorBin, h.env, "serve")
+	for range 3 {
+		c, err := net.DialTimeout("tcp", hostOf(p.url), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	time.Sleep(100 * time.Millisecond) // accepted, and waiting for a request
+	start := time.Now()
+	p.stop(t)
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("serve took %s to stop with only silent connections open", d)
+	}
+}
