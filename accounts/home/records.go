@@ -138,9 +138,11 @@ func Infos(dir string) (ins []Info, bad []string, err error) {
 }
 
 // LiveInfo returns the serve a client should use: a live one, the default
-// port first. os.ErrNotExist when no serve runs.
+// port first. When no serve runs it returns os.ErrNotExist, wrapped in a
+// *DamagedRecordsError when some record could not be read (one of those
+// may be the serve's).
 func LiveInfo(dir string) (Info, error) {
-	ins, _, err := Infos(dir)
+	ins, bad, err := Infos(dir)
 	if err != nil {
 		return Info{}, err
 	}
@@ -149,8 +151,22 @@ func LiveInfo(dir string) (Info, error) {
 			return in, nil
 		}
 	}
+	if len(bad) > 0 {
+		return Info{}, &DamagedRecordsError{Names: bad}
+	}
 	return Info{}, os.ErrNotExist
 }
+
+// DamagedRecordsError is serve records that are not JSON: a client cannot
+// tell which serve they were written by, or where it listens.
+type DamagedRecordsError struct{ Names []string }
+
+func (e *DamagedRecordsError) Error() string {
+	return strings.Join(e.Names, ", ") + " cannot be read (not JSON)"
+}
+
+// Unwrap makes it os.ErrNotExist too: no serve can be found from them.
+func (e *DamagedRecordsError) Unwrap() error { return os.ErrNotExist }
 
 // RemoveInfo removes the records of the serve with pid: its own, and
 // proxy.json if it names that serve, which then names the best other

@@ -352,6 +352,11 @@ func (a *app) liveServe() (dir string, in home.Info, err error) {
 		return "", in, err
 	}
 	if in, err = home.LiveInfo(dir); err != nil {
+		var damaged *home.DamagedRecordsError
+		if errors.As(err, &damaged) {
+			return dir, in, rerr.NotFound("No running proxy found in " + dir + ": " + damaged.Error() +
+				". Run \"rotor fix\" to remove what cannot be read, then start one with \"rotor serve\" if none runs.")
+		}
 		return dir, in, rerr.NotFound("No running proxy found in " + dir + ". Start one with \"rotor serve\".")
 	}
 	return dir, in, nil

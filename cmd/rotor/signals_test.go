@@ -378,3 +378,21 @@ func TestServeStopsAtOnceWithSilentConnections(t *testing.T) {
 		t.Errorf("serve took %s to stop with only silent connections open", d)
 	}
 }
+
+// A serve record cut short (a full disk, a crash mid-write by another
+// tool) is named, with what mends it, instead of "no proxy found".
+func TestEnvNamesADamagedServeRecord(t *testing.T) {
+	h := newHome(t)
+	h.addKey("a", "sk-a")
+	if err := os.WriteFile(filepath.Join(h.dir, home.InfoFile), []byte(`{"url":"http://127.0.0.1:8787/v1","pi`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.run("", "env")
+	if r.code != 1 || !strings.Contains(r.stderr, "proxy.json") || !strings.Contains(r.stderr, `"rotor fix"`) {
+		t.Fatalf("rotor env with a damaged proxy.json: %v", r)
+	}
+	h.ok("", "fix")
+	if r := h.run("", "env"); r.code != 1 || strings.Contains(r.stderr, "cannot be read") || !strings.Contains(r.stderr, "No running proxy found") {
+		t.Errorf("after rotor fix: %v", r)
+	}
+}
