@@ -2,6 +2,8 @@ package rotation
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -12,6 +14,20 @@ import (
 type PoolSource interface {
 	Path() string
 	Load() (*accounts.Pool, error)
+}
+
+// failureKind is what tells one failure from another, "" for none: the
+// operation and the system's error of a file error, without the file's
+// name, which for an atomic write is a fresh temporary one every time.
+func failureKind(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // WatchInterval is how often a proxy looks for changes made by other rotor
@@ -43,23 +59,26 @@ func Refresh(src PoolSource, sel *Selector, stamp home.Stamp) (home.Stamp, error
 
 // Watch calls Refresh on every tick of the selector's clock (every
 // interval, on the real one) until ctx ends, then once more so the
-// last news of this process reaches state.json. onErr hears every failure
-// (a broken store must not stop the proxy, only be reported).
+// last news of this process reaches state.json. A broken store must not
+// stop the proxy, only be reported: onErr hears each kind of failure once
+// while it lasts (a full disk is one, whatever temporary file each write
+// tried), and nil once when syncing works again.
 func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Duration, onErr func(error)) {
 	tick, stop := sel.clock.NewTicker(interval)
 	defer stop()
 	stamp := home.Stamp{}
-	var last string
+	var last string // the kind of the failure being reported, "" while in sync
 	for {
 		var err error
 		stamp, err = Refresh(src, sel, stamp)
-		if err != nil && err.Error() != last {
-			onErr(err) // once per distinct failure, not four times a second
+		switch kind := failureKind(err); {
+		case kind == last:
+		case kind == "":
+			onErr(nil) // recovered
+		default:
+			onErr(err)
 		}
-		last = ""
-		if err != nil {
-			last = err.Error()
-		}
+		last = failureKind(err)
 		select {
 		case <-ctx.Done():
 			if err := sel.Runtime().Sync(nil); err != nil {

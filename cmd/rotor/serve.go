@@ -241,6 +241,10 @@ func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log ze
 	go func() {
 		defer r.watched.Done()
 		rotation.Watch(ctx, h.st, h.sel, rotation.WatchInterval, func(err error) {
+			if err == nil {
+				log.Info().Msg("in sync with ROTOR_HOME again")
+				return
+			}
 			log.Warn().Err(err).Msg("cannot sync with ROTOR_HOME")
 		})
 	}()
