@@ -180,7 +180,7 @@ func (rl *relay) onEvent(e event) {
 	if f := e.failure(); f != "" {
 		rl.failure = f
 	}
-	if q := e.quota(rl.s.deps.Clock.Now()); q != nil {
+	if q := e.quota(rl.s.deps.Clock); q != nil {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
 }

@@ -10,7 +10,8 @@ import (
 
 // secretCache keeps secrets in memory so a request does not call the
 // keyring; an entry is read again once runtime state says another process
-// changed the account's tokens, or after a 401.
+// changed the account's tokens, or after secretTTL. A refresh after a 401
+// puts the new secret in at once.
 type secretCache struct {
 	src   SecretSource
 	clock clock.Clock // the one changedAt is told by
@@ -54,12 +55,5 @@ func (c *secretCache) put(id string, sec secrets.Secret) {
 		clear(c.m) // bounded: a cache miss costs one backend read
 	}
 	c.m[id] = cachedSecret{sec: sec, at: c.clock.Now()}
-	c.mu.Unlock()
-}
-
-// forget drops id so the next request reads its secret again.
-func (c *secretCache) forget(id string) {
-	c.mu.Lock()
-	delete(c.m, id)
 	c.mu.Unlock()
 }

@@ -3,11 +3,11 @@ package proxy
 import (
 	"bytes"
 	"cmp"
-	"time"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -15,8 +15,8 @@ import (
 // An event is one data payload of an upstream's SSE stream, with its type
 // read once. Every reader of upstream events (the hold-back, the
 // assemblers, the relay and the Chat Completions translation) takes it
-// from here, and asks it what rotor acts on: whether output has started,
-// the failure code, the usage and the quota.
+// from here, and asks it what rotor acts on: whether it comes before any
+// output (bootstrapEvents), the failure code, the usage and the quota.
 type event struct {
 	data []byte
 	typ  string // a view into data
@@ -33,12 +33,6 @@ func readEvent(data []byte) event {
 // produce output, so a stream that fails at once can still fail over.
 var bootstrapEvents = map[string]bool{
 	"response.created": true, "response.in_progress": true, "codex.rate_limits": true,
-}
-
-// outputStarted reports whether e is the first sign of output, after
-// which a failure can no longer fail over.
-func (e event) outputStarted() bool {
-	return !bootstrapEvents[e.typ] && e.failure() == ""
 }
 
 // failure is the error code of an event that ends the stream in failure
@@ -77,12 +71,13 @@ func (e event) tokens() *usage.Tokens {
 }
 
 // quota is the account's quota a codex.rate_limits event reports, nil
-// for any other event.
-func (e event) quota(now time.Time) *rotation.Quota {
+// for any other event. It reads clk only for that one: quota runs on
+// every event of every stream.
+func (e event) quota(clk clock.Clock) *rotation.Quota {
 	if e.typ != "codex.rate_limits" {
 		return nil
 	}
-	return quotaFromEvent(now, e.data)
+	return quotaFromEvent(clk.Now(), e.data)
 }
 
 // eventField reads path in an event's data as gjson.GetBytes does, without
