@@ -139,7 +139,12 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 	answer.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
 	_ = h.Write(&answer)
 	answer.WriteString("\r\n")
+	// Counted before the 101 leaves, so a client that has its socket
+	// finds it counted, and before the handler returns, so Close, which
+	// waits for Open to drop first, never misses one.
+	s.sockets.Add(1)
 	if _, err := conn.Write(answer.Bytes()); err != nil {
+		s.sockets.Add(-1)
 		_ = conn.Close()
 		return
 	}
@@ -162,9 +167,6 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 		ids:      make(map[string]bool),
 		in:       inbox{ready: make(chan struct{}, 1)},
 	}
-	// Counted before the handler returns, so Close, which waits for Open to
-	// drop first, never misses a socket.
-	s.sockets.Add(1)
 	go sk.run()
 }
 
