@@ -506,33 +506,48 @@ func TestHopByHopHeadersNeverReachTheUpstream(t *testing.T) {
 // events reach the client spread out, not in one burst at the end.
 func TestRelayIsTimedEventByEvent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
-	const gap = 40 * time.Millisecond
-	e.up.Set("k1", upstreamtest.Behavior{EventDelay: gap})
-	resp := e.do("POST", "/v1/responses", streamBody)
+	// For every k from the first output event (the third; the two before it
+	// are held back with it) to the last but one, so a relay that buffers
+	// any number of events, or bytes, fails for some k.
+	const events = 14 // data lines in testdata/sse/hello.sse
+	for k := 3; k < events; k++ {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}}, stallTimeout(stallBound))
+			e.up.Set("k1", upstreamtest.Behavior{StallAfter: k})
+			expectBeforeStall(t, e, "/v1/responses", streamBody, k, func(line string) bool {
+				return strings.HasPrefix(line, "data: ")
+			})
+		})
+	}
+}
+
+// stallBound is the stall timeout of the tests that use expectBeforeStall:
+// far longer than any wait they allow.
+const stallBound = 20 * time.Second
+
+// expectBeforeStall sends body to path on e, whose upstream goes silent
+// after some events (Behavior.StallAfter) for stallBound, and expects want
+// lines matching match to reach the client well before the stall ends:
+// they can only if each event was written as it came. No timing luck: a
+// loaded machine delays them by far less than the stall.
+func expectBeforeStall(t *testing.T, e *env, path, body string, want int, match func(string) bool) {
+	t.Helper()
+	t.Cleanup(func() { e.up.Close() }) // ends the stall before the proxy's drain
+	start := time.Now()
+	resp := e.do("POST", path, body)
 	defer resp.Body.Close()
-	var at []time.Time
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "data: ") {
-			at = append(at, time.Now())
+	got := 0
+	for got < want && sc.Scan() {
+		if match(sc.Text()) {
+			got++
 		}
 	}
-	if len(at) < 10 {
-		t.Fatalf("%d events", len(at))
+	if got != want {
+		t.Fatalf("client got %d of the %d lines sent before the stall (%v)", got, want, sc.Err())
 	}
-	// From the first output event (the third; the two before it are held
-	// back with it) each event comes about one gap after the one before.
-	// A loaded machine may bunch a pair now and then; a relay that
-	// buffers bunches them all.
-	spaced := 0
-	for i := 3; i < len(at); i++ {
-		if at[i].Sub(at[i-1]) >= gap/2 {
-			spaced++
-		}
-	}
-	if n := len(at) - 3; spaced < n/2 {
-		t.Errorf("only %d of %d events came about %s after the one before: the relay buffers", spaced, n, gap)
+	if d := time.Since(start); d > stallBound/2 {
+		t.Errorf("the %d lines sent before a stall took %s to arrive: the relay held them", want, d)
 	}
 }

@@ -411,11 +411,19 @@ func TestSocketEventDelaySpreadsFrames(t *testing.T) {
 	const delay = 40 * time.Millisecond
 	s.Set("tok", Behavior{EventDelay: delay})
 	c := dial(t, s, "/v1/responses", "tok")
+	sent := time.Now()
 	got := c.turn(create)
+	// The fake sleeps before each frame after the first, so frame i cannot
+	// arrive before i delays have passed; a late reader only adds to that.
 	for i := 1; i < len(got); i++ {
-		if gap := got[i].at.Sub(got[i-1].at); gap < delay*3/4 {
-			t.Errorf("frame %d came %s after the one before, want about %s", i, gap, delay)
+		if at := got[i].at.Sub(sent); at < time.Duration(i)*delay {
+			t.Errorf("frame %d came %s after the request, want at least %s", i, at, time.Duration(i)*delay)
 		}
+	}
+	// And not all at the end: the first was read long before the last
+	// was sent (half the delays leave room for a reader held up by load).
+	if n := len(got); got[n-1].at.Sub(got[0].at) < time.Duration(n-1)*delay/2 {
+		t.Errorf("first frame at %s, last at %s: sent together", got[0].at.Sub(sent), got[n-1].at.Sub(sent))
 	}
 }
 

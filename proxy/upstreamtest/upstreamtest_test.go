@@ -149,8 +149,9 @@ func TestStreamArrivesEventByEvent(t *testing.T) {
 		t.Fatalf("got %d events, want 14", len(events))
 	}
 	// 13 delays of 100 ms separate the first event from the last: the first
-	// must have been read long before the last was even sent.
-	if gap := lastAt - firstAt; gap < time.Second {
+	// must have been read long before the last was even sent (half of them
+	// leaves room for a reader the machine's load holds up).
+	if gap := lastAt - firstAt; gap < 650*time.Millisecond {
 		t.Errorf("first event at %v, last at %v: not streamed event by event", firstAt, lastAt)
 	}
 	if events[0].typ != "response.created" || events[13].typ != "response.completed" {
