@@ -94,10 +94,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}()
 	page := s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path())
 	if code := s.guard(&ctx.Request.Header, page); code != "" {
-		// The body was not read: the connection cannot carry another
-		// request, and a stranger's upload costs nothing.
-		ctx.SetConnectionClose()
+		// A stranger's upload is never read: the connection ends after
+		// the answer, unless there was nothing to read.
 		s.refuse(w, r, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
+		closeAfterAnswer(ctx)
 		return
 	}
 	if page {
@@ -110,9 +110,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	rt, ok := routes[string(ctx.Path())]
 	if !ok || string(ctx.Method()) != rt.method {
-		ctx.SetConnectionClose()
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyNotFound,
 			Message: fmt.Sprintf("rotor does not serve %s %s; it serves %s", ctx.Method(), ctx.Path(), surface)}, nil)
+		closeAfterAnswer(ctx)
 		return
 	}
 	if rt.op == opHealth {
@@ -127,8 +127,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	body, release, spec := s.readBody(ctx)
 	defer release()
 	if spec != nil {
-		ctx.SetConnectionClose()
 		s.refuse(w, r, *spec, nil)
+		closeAfterAnswer(ctx)
 		return
 	}
 	r.op, r.body, r.query = rt.op, body, ctx.URI().QueryString()
@@ -306,7 +306,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	r := &request{id: newRequestID(), header: &ctx.Request.Header}
 	w := httpResponder{ctx}
 	ctx.Response.Header.Set("x-request-id", r.id)
-	ctx.SetConnectionClose()
+	defer lingerAfterParseError(ctx)
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyHeadersTooLarge,
