@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/url"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -174,13 +175,17 @@ var errBodyTooLarge = errors.New("request body is larger than the cap")
 // bytes when known), at most limit bytes: one more is errBodyTooLarge,
 // and nothing past it is read. release returns the buffer; the body must
 // not be used after it.
+//
+// A body costs at most limit plus maxPooledBody, whether it is kept,
+// refused or decoded: see grow.
 func readBounded(src io.Reader, hint, limit int) (body []byte, release func(), err error) {
 	var buf []byte
 	if p, ok := bodyPool.Get().(*[]byte); ok {
 		buf = (*p)[:0]
 	}
-	if hint > cap(buf) {
-		buf = make([]byte, 0, hint)
+	if hint >= cap(buf) {
+		// One more byte: the read that finds the end needs room.
+		buf = grow(buf, hint+1, limit+1)
 	}
 	release = func() {
 		if cap(buf) <= maxPooledBody {
@@ -190,9 +195,7 @@ func readBounded(src io.Reader, hint, limit int) (body []byte, release func(), e
 	}
 	for {
 		if len(buf) == cap(buf) {
-			// Doubled by hand, not by append, so the buffer never
-			// outgrows the cap by more than the allocator's rounding.
-			buf = slices.Grow(buf, min(max(cap(buf), 64<<10), limit+1-len(buf)))
+			buf = grow(buf, max(cap(buf), 64<<10), limit+1)
 		}
 		n, err := src.Read(buf[len(buf):min(cap(buf), limit+1)])
 		buf = buf[:len(buf)+n]
@@ -206,6 +209,22 @@ func readBounded(src io.Reader, hint, limit int) (body []byte, release func(), e
 			return nil, release, err
 		}
 	}
+}
+
+// grow returns buf with room for by more bytes, never more than upTo in
+// all. Doubled by hand, not by append, so the buffer never outgrows the
+// cap by more than the allocator's rounding. Past maxPooledBody, a body
+// is rare and large: one step straight to upTo, because doubling would
+// hold the old and new buffers at once and leave garbage the size of the
+// body behind. A collection first lets that buffer reuse the memory the
+// last large body left, instead of growing the process by it.
+func grow(buf []byte, by, upTo int) []byte {
+	by = min(by, upTo-len(buf))
+	if len(buf)+by > maxPooledBody {
+		runtime.GC()
+		by = upTo - len(buf)
+	}
+	return slices.Grow(buf, by)
 }
 
 // bodyTooLarge is the refusal of a body over the cap, whether it was
