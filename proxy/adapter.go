@@ -77,6 +77,13 @@ func (as *Adapters) For(k accounts.Kind) Adapter {
 	return as.byKind[accounts.KindAPIKey]
 }
 
+// Endpoint is the upstream endpoint (scheme://host:port) account a is
+// served from: where a connect failure puts it out of reach (SPEC §4).
+// rotation.Selector.SetEndpointOf takes it.
+func (as *Adapters) Endpoint(a *accounts.Account) string {
+	return endpointOf(as.For(a.Kind).base(a.BaseURL))
+}
+
 // upstream is a kind's configured upstream base, which an account's own
 // base_url overrides; adapters embed it.
 type upstream struct{ configBase string }

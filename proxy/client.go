@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rotorproxy/rotor/rotation"
 	"github.com/valyala/fasthttp"
-
-	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
 // errBodyMax bounds what rotor reads of an upstream's error answer.
@@ -167,33 +166,19 @@ func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 // An endpoint is where an upstream base lives: scheme, host and port. When
 // rotor cannot connect to it, the network (or that host) is at fault, not
 // the accounts behind it (SPEC §4's connect-error row), so the fault is
-// recorded here and no account is marked.
+// recorded on the endpoint, in the runtime state every process on the home
+// shares (rotation.Runtime.EndpointDown), and no account is marked.
 type endpoints struct {
-	clock clock.Clock
-	nDown atomic.Int32 // fast path: most of the time nothing is down
+	rt *rotation.Runtime
 
 	mu    sync.Mutex
-	down  map[string]*endpointDown
 	bases map[string]string // base URL → endpoint, bounded by maxBases
 }
 
-type endpointDown struct {
-	until time.Time
-	fails int
-	err   error
-}
+const maxBases = 1024
 
-const (
-	// An unreachable endpoint is skipped for a while that doubles with each
-	// failure, from endpointBackoff up to endpointBackoffMax; once that
-	// passes, the next request probes it.
-	endpointBackoff    = time.Second
-	endpointBackoffMax = 30 * time.Second
-	maxBases           = 1024
-)
-
-func newEndpoints(clock clock.Clock) *endpoints {
-	return &endpoints{clock: clock, down: map[string]*endpointDown{}, bases: map[string]string{}}
+func newEndpoints(rt *rotation.Runtime) *endpoints {
+	return &endpoints{rt: rt, bases: map[string]string{}}
 }
 
 // forBase returns the endpoint of an upstream base URL, "scheme://host:port".
@@ -203,14 +188,7 @@ func (e *endpoints) forBase(base string) string {
 	if ep, ok := e.bases[base]; ok {
 		return ep
 	}
-	ep := base
-	if u, err := url.Parse(base); err == nil && u.Host != "" {
-		port := u.Port()
-		if port == "" {
-			port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
-		}
-		ep = u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port)
-	}
+	ep := endpointOf(base)
 	if len(e.bases) >= maxBases {
 		clear(e.bases) // bounded: a miss costs one parse
 	}
@@ -218,49 +196,33 @@ func (e *endpoints) forBase(base string) string {
 	return ep
 }
 
-// markDown records that connecting to ep failed with err.
-func (e *endpoints) markDown(ep string, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d, ok := e.down[ep]
-	if !ok {
-		if len(e.down) >= maxBases {
-			return // more unreachable endpoints than accounts could name
-		}
-		d = &endpointDown{}
-		e.down[ep] = d
-		e.nDown.Add(1)
+// endpointOf is the endpoint of base: its scheme, host and port, the
+// scheme's port when base names none.
+func endpointOf(base string) string {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return base
 	}
-	d.fails++
-	d.err = err
-	d.until = e.clock.Now().Add(min(endpointBackoff<<min(d.fails-1, 5), endpointBackoffMax))
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	}
+	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port)
 }
+
+// markDown records that connecting to ep failed with err.
+func (e *endpoints) markDown(ep string, err error) { e.rt.EndpointDown(ep, err) }
 
 // markUp records that ep answered.
-func (e *endpoints) markUp(ep string) {
-	if e.nDown.Load() == 0 {
-		return
-	}
-	e.mu.Lock()
-	if _, ok := e.down[ep]; ok {
-		delete(e.down, ep)
-		e.nDown.Add(-1)
-	}
-	e.mu.Unlock()
-}
+func (e *endpoints) markUp(ep string) { e.rt.EndpointUp(ep) }
 
-// anyDown reports whether some endpoint is marked unreachable.
-func (e *endpoints) anyDown() bool { return e.nDown.Load() > 0 }
+// anyDown reports whether some endpoint is on record as unreachable.
+func (e *endpoints) anyDown() bool { return e.rt.AnyEndpointDown() }
 
 // isDown reports whether ep is unreachable and not yet due for a probe.
 func (e *endpoints) isDown(ep string) bool {
-	if e.nDown.Load() == 0 {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d, ok := e.down[ep]
-	return ok && e.clock.Now().Before(d.until)
+	until, _ := e.rt.EndpointDownUntil(ep)
+	return !until.IsZero()
 }
 
 // dialError marks an error that happened while connecting, before any

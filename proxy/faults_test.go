@@ -58,6 +58,46 @@ func TestEveryAccountOnAnUnreachableEndpointIsSkippedAtOnce(t *testing.T) {
 	expectUnmarked(t, e, 2)
 }
 
+// An unreachable endpoint is seen, by this serve and another on the same
+// home within a second of watching (SPEC §4): its accounts show as
+// cooling-down:network-error with until when, the endpoint and the OS
+// error, and the other serve skips them as its own would.
+func TestUnreachableEndpointIsSharedAndShown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, twoAPIKeys())
+	other := e.peer()
+	e.watch()
+	other.watch()
+	dead := closedPort(t)
+	e.setBaseURL(1, "http://"+dead+"/v1")
+	other.setBaseURL(1, "http://"+dead+"/v1")
+	e.prefer(1)
+	start := time.Now()
+	expectStream(t, e.do("POST", "/v1/responses", streamBody))
+	e.expectCounts(map[string]int{"bad": 0, "good": 1})
+	shown := func(x *env) bool {
+		st := x.status(1)
+		return st.State == rotation.CoolingDown(rotation.CooldownNetworkError) && st.Endpoint == "http://"+dead &&
+			strings.Contains(st.Error, "connection refused")
+	}
+	if !shown(e) {
+		t.Errorf("this serve shows account 1 as %+v", e.status(1))
+	}
+	withinWatch(t, "the other serve sees the endpoint down", func() bool { return shown(other) }, e, other)
+	// Until the first wait (1 s) passes, the other serve skips the
+	// endpoint as its own would; after, its next request may probe it.
+	if !other.srv.endpoints.isDown("http://"+dead) && time.Since(start) < rotation.EndpointBackoff/2 {
+		t.Error("the other serve would try the endpoint again at once")
+	}
+	other.prefer(1)
+	expectStream(t, other.do("POST", "/v1/responses", streamBody))
+	e.expectCounts(map[string]int{"bad": 0, "good": 2})
+	if st := other.status(2); st.State != "available" {
+		t.Errorf("account 2 on a live endpoint shows %+v", st)
+	}
+	expectUnmarked(t, e, 1)
+}
+
 func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})

@@ -182,7 +182,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		deps:      deps,
 		keyDigest: sha256.Sum256([]byte(cfg.ClientKey)),
 		secrets:   newSecretCache(deps.Secrets, deps.Clock),
-		endpoints: newEndpoints(deps.Clock),
+		endpoints: newEndpoints(deps.Selector.Runtime()),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
 	s.dialer = newDialer(&cfg)

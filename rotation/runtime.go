@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/clock"
@@ -29,6 +31,9 @@ const (
 type stateFile struct {
 	Version  int                      `json:"version"`
 	Accounts map[string]*AccountState `json:"accounts"`
+	// Endpoints are the upstream endpoints that failed to connect lately
+	// (SPEC §4), by scheme://host:port.
+	Endpoints map[string]Endpoint `json:"endpoints,omitempty"`
 }
 
 // entry is one account's state in this process: the shared part, plus what
@@ -85,8 +90,11 @@ type Runtime struct {
 
 	mu    sync.Mutex
 	m     map[string]*entry
+	eps   map[string]Endpoint
 	dirty bool
 	stamp home.Stamp
+
+	down atomic.Pointer[map[string]Endpoint] // the records of eps with a non-zero Until; nil when none
 }
 
 // NewRuntime returns the runtime state kept in dir/state.json. It reads
@@ -97,6 +105,7 @@ func NewRuntime(dir string, clock clock.Clock) *Runtime {
 		path:  filepath.Join(dir, home.StateFile),
 		lock:  filepath.Join(dir, home.StateLock),
 		m:     make(map[string]*entry),
+		eps:   make(map[string]Endpoint),
 	}
 }
 
@@ -294,6 +303,10 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 		st := e.st.Clone()
 		out.Accounts[id] = &st
 	}
+	r.pruneEndpointsLocked(r.clock.Now())
+	if len(r.eps) > 0 {
+		out.Endpoints = maps.Clone(r.eps)
+	}
 	r.dirty = false
 	r.mu.Unlock()
 	data, err := json.MarshalIndent(out, "", "  ")
@@ -314,6 +327,7 @@ func (r *Runtime) Sync(keep func(id string) bool) error {
 
 func (r *Runtime) mergeLocked(disk *stateFile, keep func(string) bool) {
 	now := r.clock.Now()
+	r.mergeEndpointsLocked(disk.Endpoints)
 	for id, st := range disk.Accounts {
 		if keep != nil && !keep(id) {
 			continue

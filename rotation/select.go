@@ -63,6 +63,9 @@ type Selector struct {
 	// ProcessPin, when set, is the account id this process is pinned to
 	// (`serve --account`): used exclusively, never rotated.
 	processPin atomic.Pointer[string]
+	// endpointOf names the upstream endpoint an account is served from,
+	// so Status can show the accounts behind an unreachable one.
+	endpointOf atomic.Pointer[func(*accounts.Account) string]
 }
 
 // NewSelector returns a selector over rt. seed spreads parallel proxies:
@@ -81,6 +84,12 @@ func (s *Selector) SetProcessPin(id string) {
 	}
 	s.processPin.Store(&id)
 }
+
+// SetEndpointOf tells the selector which upstream endpoint
+// (scheme://host:port) serves an account; the account kinds' default
+// bases live with the proxy, not here. Without it, Status shows no
+// endpoint as unreachable.
+func (s *Selector) SetEndpointOf(f func(*accounts.Account) string) { s.endpointOf.Store(&f) }
 
 // SetPool installs a new version of the pool.
 func (s *Selector) SetPool(p *accounts.Pool) {

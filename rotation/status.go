@@ -13,9 +13,14 @@ type AccountStatus struct {
 	Account accounts.Account
 	// State is available, rate-limited, cooling-down:<reason>,
 	// circuit-open, disabled or flagged.
-	State    string
-	Until    time.Time // when the state ends, zero if open-ended or available
-	Reason   string    // the flag reason or cooldown reason, if any
+	State  string
+	Until  time.Time // when the state ends, zero if open-ended or available
+	Reason string    // the flag reason or cooldown reason, if any
+	// Endpoint and Error, when the account is skipped because the
+	// endpoint it is served from cannot be reached (SPEC §4): which one,
+	// and the OS error of the last try.
+	Endpoint string
+	Error    string
 	Health   int
 	LastUsed time.Time
 	Quota    *Quota
@@ -30,6 +35,7 @@ func (s *Selector) Status() []AccountStatus {
 	if id, _, _, ok := s.pinOf(v); ok {
 		pinned = v.pool.IndexOf(id)
 	}
+	endpointOf := s.endpointOf.Load()
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
 	out := make([]AccountStatus, len(v.pool.Accounts))
@@ -56,8 +62,26 @@ func (s *Selector) Status() []AccountStatus {
 			if reason != SkipCircuitOpen && reason != SkipRateLimited {
 				as.Reason = st.CooldownReason
 			}
+		case endpointOf != nil:
+			s.unreachable(&as, (*endpointOf)(a), now)
 		}
 		out[i] = as
 	}
 	return out
+}
+
+// unreachable marks as skipped when the endpoint ep it is served from is
+// on record as unreachable: until it answers again, as SPEC §4 says, and
+// Until is when the next request will try it (zero once that is due).
+// Callers hold s.rt.mu.
+func (s *Selector) unreachable(as *AccountStatus, ep string, now time.Time) {
+	d, ok := s.rt.eps[ep]
+	if !ok || d.Until.IsZero() {
+		return
+	}
+	as.State, as.Reason = CoolingDown(CooldownNetworkError), CooldownNetworkError
+	as.Endpoint, as.Error = ep, d.Error
+	if d.Until.After(now) {
+		as.Until = d.Until
+	}
 }

@@ -344,5 +344,8 @@ func stateText(r rotation.AccountStatus, now time.Time) string {
 	if !r.Until.IsZero() {
 		s += " for " + accounts.HumanDuration(r.Until.Sub(now))
 	}
+	if r.Endpoint != "" {
+		s += " (" + r.Endpoint + ": " + r.Error + ")"
+	}
 	return s
 }

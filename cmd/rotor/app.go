@@ -17,6 +17,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -216,6 +217,7 @@ func (a *app) storeAndSecrets() (*accounts.Store, secrets.Store, error) {
 // about: the state is advisory, and the selector works without it.
 func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Selector, error) {
 	sel, err := rotation.Open(st.Dir(), pool, a.clockOrSystem(), uint64(a.now().UnixNano()))
+	sel.SetEndpointOf(a.adapters().Endpoint)
 	if err != nil {
 		if !errors.Is(err, rotation.ErrDamagedState) {
 			return nil, err
@@ -223,6 +225,13 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 		fmt.Fprintf(a.stderr, "rotor: warning: %v (\"rotor fix\" rewrites it)\n", err)
 	}
 	return sel, nil
+}
+
+// adapters are the account kinds' adapters over this run's upstream bases
+// (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL).
+func (a *app) adapters() *proxy.Adapters {
+	return proxy.NewAdapters(strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
+		strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"))
 }
 
 // warnExposedSecrets writes one warning line when secrets.json in dir can

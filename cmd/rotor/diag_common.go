@@ -9,7 +9,6 @@ import (
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -32,8 +31,7 @@ func (a *app) noArgs(fs *flag.FlagSet, args []string) error {
 func (a *app) checkup(dir string) *checkup.Checkup {
 	mode := a.getenv("ROTOR_SECRETS")
 	sec, secErr := secrets.Open(dir, mode, a.stderr)
-	adapters := proxy.NewAdapters(strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
-		strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"))
+	adapters := a.adapters()
 	d := checkup.Deps{
 		Dir:         dir,
 		Secrets:     sec,

@@ -183,6 +183,7 @@ func (a *app) openServeHome(st *accounts.Store, sec secrets.Store, account strin
 		return nil, err
 	}
 	sel, stateErr := rotation.Open(st.Dir(), h.pool, h.clock, binary.LittleEndian.Uint64(seed[:]))
+	sel.SetEndpointOf(a.adapters().Endpoint)
 	h.sel = sel
 	if h.usage, err = usage.OpenWith(st.Dir(), usage.Options{Clock: h.clock}); err != nil {
 		return nil, err

@@ -209,14 +209,7 @@ func TestServeWithNoAccountWarnsAndRefusesPlainly(t *testing.T) {
 	h := newHome(t)
 	h.setenv("ROTOR_CLIENT_KEY", raceClientKey)
 	p := raceServe(t, rotorBin, h.env, "serve")
-	req, _ := http.NewRequest("POST", p.url+"/responses", strings.NewReader(`{"model":"gpt-5","input":"hi"}`))
-	req.Header.Set("Authorization", "Bearer "+raceClientKey)
-	resp, err := raceHTTP.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := postResponse(t, p.url)
 	if resp.StatusCode != 503 || !strings.Contains(string(body), `"reason":"no-account"`) ||
 		!strings.Contains(string(body), `"retryable":false`) || resp.Header.Get("Retry-After") != "" {
 		t.Errorf("status %d headers %v body %s", resp.StatusCode, resp.Header, body)
@@ -395,4 +388,57 @@ func TestEnvNamesADamagedServeRecord(t *testing.T) {
 	if r := h.run("", "env"); r.code != 1 || strings.Contains(r.stderr, "cannot be read") || !strings.Contains(r.stderr, "No running proxy found") {
 		t.Errorf("after rotor fix: %v", r)
 	}
+}
+
+// An endpoint that refuses connections is seen where a user looks: the
+// serve that met it answers 503 naming it, and `rotor rotation status`,
+// another process, shows its account as cooling-down:network-error with
+// the endpoint and the OS error within a second (SPEC §4).
+func TestUnreachableEndpointShowsInRotationStatus(t *testing.T) {
+	h := newHome(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	h.setenv("ROTOR_OPENAI_BASE_URL", "http://"+dead+"/v1")
+	h.setenv("ROTOR_CLIENT_KEY", raceClientKey)
+	h.addKey("a", "sk-a")
+	p := raceServe(t, rotorBin, h.env, "serve")
+	resp, body := postResponse(t, p.url)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), `"reason":"network-error"`) || !strings.Contains(string(body), dead) {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	var out string
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for {
+		out = h.ok("", "rotation", "status").stdout
+		if strings.Contains(out, "cooling-down:network-error") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(out, "cooling-down:network-error") || !strings.Contains(out, "http://"+dead) || !strings.Contains(out, "connection refused") {
+		t.Errorf("rotation status within 1.5 s:\n%s", out)
+	}
+	js := h.ok("", "rotation", "status", "--json").stdout
+	if !strings.Contains(js, `"endpoint": "http://`+dead+`"`) || !strings.Contains(js, `"state": "cooling-down:network-error"`) {
+		t.Errorf("rotation status --json:\n%s", js)
+	}
+}
+
+// postResponse sends one non-streaming Responses request with the client
+// key to the serve at url and returns the answer and its body.
+func postResponse(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/responses", strings.NewReader(`{"model":"gpt-5","input":"hi"}`))
+	req.Header.Set("Authorization", "Bearer "+raceClientKey)
+	resp, err := raceHTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body
 }

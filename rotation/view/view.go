@@ -30,14 +30,18 @@ type Pick struct {
 
 // Account is one account of a Status.
 type Account struct {
-	Index    int     `json:"index"`
-	Label    string  `json:"label"`
-	State    string  `json:"state"`
-	Until    *string `json:"until"`
-	Reason   *string `json:"reason"`
-	Health   int     `json:"health"`
-	LastUsed *string `json:"last_used"`
-	Quota    *Quota  `json:"quota"`
+	Index  int     `json:"index"`
+	Label  string  `json:"label"`
+	State  string  `json:"state"`
+	Until  *string `json:"until"`
+	Reason *string `json:"reason"`
+	// Endpoint and EndpointError name the unreachable upstream endpoint
+	// an account is skipped for, and the OS error of the last try.
+	Endpoint      string  `json:"endpoint,omitempty"`
+	EndpointError string  `json:"endpoint_error,omitempty"`
+	Health        int     `json:"health"`
+	LastUsed      *string `json:"last_used"`
+	Quota         *Quota  `json:"quota"`
 }
 
 // Quota is the last quota snapshot of an account.
@@ -73,6 +77,7 @@ func StatusOf(sel Selector, rows []rotation.AccountStatus) Status {
 	}
 	for _, r := range rows {
 		av := Account{Index: r.Index, Label: r.Account.Label, State: r.State, Until: TimeOrNil(r.Until),
+			Endpoint: r.Endpoint, EndpointError: r.Error,
 			Health: r.Health, LastUsed: TimeOrNil(r.LastUsed), Quota: QuotaOf(r.Quota)}
 		if r.Reason != "" {
 			reason := r.Reason
