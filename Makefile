@@ -3,12 +3,22 @@
 GO      ?= go
 BIN     := bin/rotor
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build test lint bench bench-load soak demo e2e clean
+.PHONY: build release test lint bench bench-load soak demo e2e clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rotor
+
+# Release archives for every OS and architecture rotor ships to, with README,
+# LICENSE and checksums.txt, in dist/ (see cmd/rotor-release). Entries are
+# dated by the commit, so a rerun at that commit gives the same archives.
+# TARGETS=linux/amd64,darwin/arm64 builds only those.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+release:
+	rm -rf dist
+	$(GO) run ./cmd/rotor-release -version '$(VERSION)' -commit '$(COMMIT)' -date '$(SOURCE_DATE_EPOCH)' -targets '$(TARGETS)'
 
 # The whole suite: unit, integration (real loopback servers, real rotor
 # processes) and, when the npm registry answers, real-client end-to-end tests.
@@ -49,4 +59,4 @@ demo: build
 	$(GO) run ./cmd/rotor-demo -rotor $(BIN)
 
 clean:
-	rm -rf bin .cache
+	rm -rf bin .cache dist

@@ -21,7 +21,8 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Set at build time with -ldflags "-X main.version=... -X main.commit=...".
+// Set at build time with -ldflags "-X main.version=... -X main.commit=..."
+// (make build and make release do); versionInfo fills in what is not set.
 var (
 	version = "dev"
 	commit  = ""
@@ -262,19 +263,35 @@ func cmdVersion(a *app, args []string) error {
 	if err := a.noArgs(a.flags(), args); err != nil {
 		return err
 	}
-	goVersion := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-		if commit == "" {
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" {
-					commit = s.Value
-				}
+	bi, _ := debug.ReadBuildInfo()
+	v, c, goVersion := versionInfo(version, commit, bi)
+	fmt.Fprintf(a.stdout, "rotor %s (commit %s, %s)\n", v, orDash(c), goVersion)
+	return nil
+}
+
+// versionInfo returns the version and commit stamped by -ldflags, or, for
+// what was not stamped, what the Go toolchain recorded in bi (nil when it
+// recorded nothing): the module version, which is the tag for `go install
+// github.com/rotorproxy/rotor/cmd/rotor@v1.2.3`, and the VCS revision of a
+// build in a clone. A build from the module proxy has no revision, so the
+// commit is then "" rather than a guess.
+func versionInfo(stampedVersion, stampedCommit string, bi *debug.BuildInfo) (v, c, goVersion string) {
+	v, c, goVersion = stampedVersion, stampedCommit, "unknown"
+	if bi == nil {
+		return v, c, goVersion
+	}
+	goVersion = bi.GoVersion
+	if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	if c == "" {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				c = s.Value
 			}
 		}
 	}
-	fmt.Fprintf(a.stdout, "rotor %s (commit %s, %s)\n", version, orDash(commit), goVersion)
-	return nil
+	return v, c, goVersion
 }
 
 func cmdHelp(a *app, args []string) error {

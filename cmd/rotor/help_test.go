@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,30 @@ func TestTopLevelHelpAndVersion(t *testing.T) {
 	}
 	if r := h.run(); r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "Usage: rotor") {
 		t.Errorf("no command: %+v", r)
+	}
+}
+
+// A stamped version and commit win; an unstamped build (go install from a
+// tag, go build in a clone) reports what the toolchain recorded, never "dev"
+// when it knows better.
+func TestVersionInfo(t *testing.T) {
+	tagged := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}}
+	clone := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}}}
+	for _, tc := range []struct {
+		name, version, commit string
+		bi                    *debug.BuildInfo
+		wantV, wantC, wantGo  string
+	}{
+		{"stamped", "v2.0.0", "abc1234", clone, "v2.0.0", "abc1234", "go1.26.0"},
+		{"go install @tag", "dev", "", tagged, "v1.2.3", "", "go1.26.0"},
+		{"build in a clone", "dev", "", clone, "dev", "0123456789abcdef", "go1.26.0"},
+		{"no build info", "dev", "", nil, "dev", "", "unknown"},
+	} {
+		v, c, goV := versionInfo(tc.version, tc.commit, tc.bi)
+		if v != tc.wantV || c != tc.wantC || goV != tc.wantGo {
+			t.Errorf("%s: versionInfo = %q, %q, %q; want %q, %q, %q", tc.name, v, c, goV, tc.wantV, tc.wantC, tc.wantGo)
+		}
 	}
 }
 
