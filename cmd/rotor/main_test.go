@@ -53,7 +53,8 @@ type cliHome struct {
 	t    *testing.T
 	dir  string // ROTOR_HOME
 	env  []string
-	logs []result // every run, so tests can check no output leaks a secret
+	logs []result     // every run, so tests can check no output leaks a secret
+	host *serviceHost // the machine in-process runs of "rotor service" see; nil: this one
 }
 
 func newHome(t *testing.T) *cliHome {
@@ -126,7 +127,7 @@ func (h *cliHome) runApp(stdin string, stdoutTTY bool, args []string) result {
 	var stdout, stderr bytes.Buffer
 	a := &app{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr,
 		getenv: func(k string) string { return env[k] }, environ: func() []string { return slices.Clone(h.env) },
-		stdoutTTY: stdoutTTY}
+		stdoutTTY: stdoutTTY, host: h.host}
 	done := make(chan int, 1)
 	go func() { done <- a.run(args) }()
 	var r result
