@@ -12,7 +12,6 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts/home"
 	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // rotor key makes the stable key once and then prints the same one, 256
@@ -63,14 +62,7 @@ func checkMode(t *testing.T, path string, want os.FileMode) {
 // served, and "rotor env" hands out the new one. No key reaches its log.
 func TestServeStableKeyFollowsRotation(t *testing.T) {
 	t.Parallel()
-	up := upstreamtest.New("../../testdata")
-	if err := up.Start(""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	h := newHome(t)
-	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
-	h.addKey("a", "sk-a")
+	h, _ := newServedHome(t)
 	old := strings.TrimSpace(h.ok("", "key").stdout)
 
 	cmd := exec.Command(rotorBin, "serve", "--port", "0", "--log-format", "json", "--stable-key")

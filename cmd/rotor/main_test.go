@@ -16,6 +16,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/hometest"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // rotorBin is the rotor binary the tests run, built once by TestMain.
@@ -69,6 +70,21 @@ func newHome(t *testing.T) *cliHome {
 		"CODEX_HOME=" + filepath.Join(root, "codex-empty"),
 	}
 	return h
+}
+
+// newServedHome is a home with one API-key account (label "a", key
+// "sk-a") whose upstream is a fresh fake, closed when the test ends.
+func newServedHome(t *testing.T) (*cliHome, *upstreamtest.Server) {
+	t.Helper()
+	up := upstreamtest.New("../../testdata")
+	if err := up.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	h := newHome(t)
+	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
+	h.addKey("a", "sk-a")
+	return h, up
 }
 
 // setenv sets one variable of the environment rotor runs with.

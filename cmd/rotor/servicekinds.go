@@ -89,6 +89,15 @@ func userDir(getenv func(string) string) string {
 	return getenv("USERPROFILE")
 }
 
+// envDir is the directory the variable key names, else the one at under
+// in the user's home, as the OS's own tools find it.
+func envDir(getenv func(string) string, key string, under ...string) string {
+	if d := getenv(key); d != "" {
+		return d
+	}
+	return filepath.Join(append([]string{userDir(getenv)}, under...)...)
+}
+
 // systemctl is a systemctl --user call.
 func systemctl(args ...string) []string { return append([]string{"systemctl", "--user"}, args...) }
 
@@ -98,10 +107,7 @@ var systemdKind = serviceKind{
 	what: "systemd user unit",
 	name: "systemd",
 	paths: func(getenv func(string) string) (string, string) {
-		cfg := getenv("XDG_CONFIG_HOME")
-		if cfg == "" {
-			cfg = filepath.Join(userDir(getenv), ".config")
-		}
+		cfg := envDir(getenv, "XDG_CONFIG_HOME", ".config")
 		return filepath.Join(cfg, "systemd", "user", systemdUnit), ""
 	},
 	// Restart=on-failure: a crash (non-zero exit, a signal other than
@@ -215,10 +221,7 @@ var schtasksKind = serviceKind{
 	what: "logon task",
 	name: "schtasks",
 	paths: func(getenv func(string) string) (string, string) {
-		local := getenv("LOCALAPPDATA")
-		if local == "" {
-			local = filepath.Join(userDir(getenv), "AppData", "Local")
-		}
+		local := envDir(getenv, "LOCALAPPDATA", "AppData", "Local")
 		return filepath.Join(local, "rotor", "rotor-task.xml"), filepath.Join(local, "rotor", "logs")
 	},
 	// The action is cmd.exe (taskCommand), whose exit status is serve's,
