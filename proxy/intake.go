@@ -276,7 +276,7 @@ func (s *Server) authorized(h *fasthttp.RequestHeader) bool {
 		return false
 	}
 	d := sha256.Sum256(key)
-	return subtle.ConstantTimeCompare(d[:], s.keyDigest[:]) == 1
+	return subtle.ConstantTimeCompare(d[:], s.keyDigest.Load()[:]) == 1
 }
 
 // loopbackHostPort reports whether a Host header names a loopback literal

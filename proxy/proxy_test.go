@@ -235,3 +235,41 @@ func TestPanicBecomes500(t *testing.T) {
 		}
 	}
 }
+
+// SetClientKey swaps the key a running proxy checks: from then on the old
+// key gets the usual 401 payload and the new one is served. A key too
+// short to be one is refused and leaves the old key in force.
+func TestSetClientKeySwapsTheKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	models := func(key string) *http.Response {
+		req, _ := http.NewRequest("GET", e.base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if err := e.srv.SetClientKey("short"); err == nil {
+		t.Error("a 5-character key was taken")
+	}
+	if r := models(testKey); r.StatusCode != 200 {
+		t.Fatalf("before the swap: %d %s", r.StatusCode, readAll(t, r))
+	} else {
+		readAll(t, r)
+	}
+	next := "rotated-client-key-0123456789abcdef0123456789"
+	if err := e.srv.SetClientKey(next); err != nil {
+		t.Fatal(err)
+	}
+	r := models(testKey)
+	if got := decodeError(t, r); r.StatusCode != 401 || got.Code != rerr.ProxyUnauthorized {
+		t.Errorf("old key after the swap: %d %+v", r.StatusCode, got)
+	}
+	if r := models(next); r.StatusCode != 200 {
+		t.Errorf("new key after the swap: %d %s", r.StatusCode, readAll(t, r))
+	} else {
+		readAll(t, r)
+	}
+}

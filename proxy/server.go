@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -55,7 +56,8 @@ const (
 
 // Config holds the proxy's settings. Zero values take the defaults.
 type Config struct {
-	// ClientKey is the key clients must present (Bearer or x-api-key).
+	// ClientKey is the key clients must present (Bearer or x-api-key),
+	// until SetClientKey replaces it.
 	ClientKey   string
 	MaxBody     int
 	MaxAttempts int
@@ -154,9 +156,12 @@ type Pages interface {
 
 // Server is a running proxy.
 type Server struct {
-	cfg       Config
-	deps      Deps
-	keyDigest [sha256.Size]byte
+	cfg  Config
+	deps Deps
+	// keyDigest is the SHA-256 of the client key. It is swapped whole
+	// (SetClientKey), so a request checks against one key or the other,
+	// never a mix, with one atomic load on the hot path.
+	keyDigest atomic.Pointer[[sha256.Size]byte]
 	dialer    *net.Dialer
 	client    *fasthttp.Client
 	srv       *fasthttp.Server
@@ -171,8 +176,8 @@ type Server struct {
 // New returns a proxy with cfg and deps. It does not listen yet.
 func New(cfg Config, deps Deps) (*Server, error) {
 	cfg.defaults()
-	if len(cfg.ClientKey) < 32 {
-		return nil, rerr.Validation("client_key", "the client key must be at least 32 characters")
+	if err := checkClientKey(cfg.ClientKey); err != nil {
+		return nil, err
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.System{}
@@ -180,11 +185,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		deps:      deps,
-		keyDigest: sha256.Sum256([]byte(cfg.ClientKey)),
 		secrets:   newSecretCache(deps.Secrets, deps.Clock),
 		endpoints: newEndpoints(deps.Selector.Runtime()),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
+	s.setKey(cfg.ClientKey)
 	s.dialer = newDialer(&cfg)
 	s.client = newUpstreamClient(&cfg, s.dialer)
 	s.srv = &fasthttp.Server{
@@ -211,6 +216,34 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		Logger:                        fasthttpLogger{deps.Log},
 	}
 	return s, nil
+}
+
+// MinClientKeyLen is the shortest client key a Server takes (SPEC §2).
+const MinClientKeyLen = 32
+
+func checkClientKey(key string) error {
+	if len(key) < MinClientKeyLen {
+		return rerr.Validation("client_key", fmt.Sprintf("the client key must be at least %d characters", MinClientKeyLen))
+	}
+	return nil
+}
+
+// SetClientKey makes key the only one the Server accepts from now on: a
+// request whose key is checked after SetClientKey returns is held to the
+// new key, and the old one gets 401. It is how a serve on the stable key
+// follows "rotor key rotate" without a restart. Requests already admitted
+// (a stream, an open WebSocket) are not cut.
+func (s *Server) SetClientKey(key string) error {
+	if err := checkClientKey(key); err != nil {
+		return err
+	}
+	s.setKey(key)
+	return nil
+}
+
+func (s *Server) setKey(key string) {
+	d := sha256.Sum256([]byte(key))
+	s.keyDigest.Store(&d)
 }
 
 // Serve answers requests on ln until Shutdown. It returns nil after a clean

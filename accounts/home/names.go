@@ -20,6 +20,12 @@ const (
 	UsageLock    = ".usage.lock" // rotations of usage.jsonl, never appends
 
 	DashboardOpenPage = "dashboard-open.html" // rotor dashboard --open's redirect
+
+	// ClientKeyFile holds the stable client key with the file secrets
+	// backend; with the keyring, ClientKeyMark (no secret in it) changes
+	// whenever the key in the keyring does, so serves notice with a stat.
+	ClientKeyFile = "client-key"
+	ClientKeyMark = "client-key.changed"
 )
 
 // refreshLockPrefix and refreshLockSuffix frame a refresh lock's account id.

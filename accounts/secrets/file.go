@@ -28,10 +28,11 @@ const fileVersion = 1
 // never a torn one.
 type fileStore struct {
 	dir, path, lock string
+	clientKeys
 }
 
 func newFileStore(dir string) *fileStore {
-	return &fileStore{dir: dir, path: filepath.Join(dir, home.SecretsFile), lock: lockPath(dir)}
+	return &fileStore{dir: dir, path: filepath.Join(dir, home.SecretsFile), lock: lockPath(dir), clientKeys: fileClientKeys(dir)}
 }
 
 func lockPath(dir string) string { return filepath.Join(dir, home.SecretsLock) }
@@ -217,18 +218,18 @@ func (s *fileStore) write(doc *fileDoc) (err error) {
 		return fail("encode", errors.New("invalid entry"))
 	}
 	b = append(b, '\n')
-	s.sweepTemps()
+	sweepTemps(s.dir, home.SecretsFile) // a crashed write's temp file holds secrets
 	if err := home.WriteFile(s.path, b); err != nil {
 		return fail("atomic write", err)
 	}
 	return nil
 }
 
-// sweepTemps removes temp files left by a writer that crashed mid-write.
-// The caller holds the exclusive lock, so no live writer owns one.
-func (s *fileStore) sweepTemps() {
-	// A crash mid-write leaves a temp file that holds secrets.
-	matches, _ := filepath.Glob(filepath.Join(s.dir, home.TempPattern(home.SecretsFile)))
+// sweepTemps removes the temp files of dir/name left by a writer that
+// crashed mid-write. The caller holds the exclusive lock, so no live
+// writer owns one.
+func sweepTemps(dir, name string) {
+	matches, _ := filepath.Glob(filepath.Join(dir, home.TempPattern(name)))
 	for _, m := range matches {
 		os.Remove(m)
 	}

@@ -16,6 +16,8 @@ const (
 	indexUser = "_index" // JSON array of the ids that have an item
 	probeUser = "_probe" // only ever read, to learn whether the keyring answers
 	saltUser  = "_fingerprint_salt"
+	// clientKeyUser is the stable client key's item (clientkey.go).
+	clientKeyUser = "_client_key"
 )
 
 // goKeyring is the default Keyring: go-keyring's package functions.
@@ -55,10 +57,13 @@ type keyringStore struct {
 	timeout time.Duration
 	slot    chan struct{}
 	lock    string // cross-process lock guarding the index's read-modify-write
+	clientKeys
 }
 
 func newKeyringStore(dir string, kr Keyring, timeout time.Duration) *keyringStore {
-	return &keyringStore{kr: kr, timeout: timeout, slot: make(chan struct{}, 1), lock: lockPath(dir)}
+	s := &keyringStore{kr: kr, timeout: timeout, slot: make(chan struct{}, 1), lock: lockPath(dir)}
+	s.clientKeys = keyringClientKeys(dir, s)
+	return s
 }
 
 // Backend returns "keyring".

@@ -9,12 +9,14 @@ package secrets
 import (
 	"errors"
 	"fmt"
-	rerr "github.com/rotorproxy/rotor/errors"
 	"io"
 	"os"
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/rotorproxy/rotor/accounts/home"
+	rerr "github.com/rotorproxy/rotor/errors"
 )
 
 // Secret is everything rotor keeps secret about one account.
@@ -69,6 +71,16 @@ type Store interface {
 	// secrets, never in accounts.json, and every process on a home gets the
 	// same one.
 	Salt() ([]byte, error)
+	// ClientKey returns the home's stable client key (SPEC §11), drawing
+	// and storing a new one on first use; every process on a home gets
+	// the same one.
+	ClientKey() (string, error)
+	// RotateClientKey replaces the stable client key with a new random
+	// one and returns it.
+	RotateClientKey() (string, error)
+	// ClientKeyStamp identifies the stored client key's version with one
+	// stat, never a read or a keyring call, so a serve can poll it.
+	ClientKeyStamp() home.Stamp
 }
 
 // Keyring is the subset of an OS keyring rotor uses. Get must return an

@@ -54,6 +54,9 @@ type app struct {
 	// dependencies from, as gh's cmdutil.Factory is.
 	clock      clock.Clock
 	httpClient *http.Client
+	// host is the machine "rotor service" installs on (systemHost
+	// unless a test poses as another).
+	host *serviceHost
 }
 
 // now is the app clock's present.

@@ -25,9 +25,12 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"serve": {cmdServe, "Proxy", "serve [--host H] [--port P] [--account SEL]",
+		"serve": {cmdServe, "Proxy", "serve [--host H] [--port P] [--account SEL] [--stable-key]",
 			"Run the proxy on loopback and print its base URL.",
 			"rotor serve --port 8787\neval \"$(rotor env)\"   # in another shell: the proxy's base URL and key"},
+		"key": {cmdKey, "Proxy", "key [rotate]",
+			"Print the stable client key that the service and serve --stable-key accept (made on first use); rotate replaces it.",
+			"rotor key            # paste into your editor's API key setting\nrotor key rotate     # running serves accept only the new key within 1s"},
 		"exec": {cmdExec, "Proxy", "exec [--account SEL] -- CMD [ARGS]",
 			"Run CMD with OPENAI_BASE_URL and OPENAI_API_KEY set to a private proxy.",
 			"rotor exec -- codex \"explain this repo\""},
@@ -37,6 +40,9 @@ func init() {
 		"dashboard": {cmdDashboard, "Proxy", "dashboard [--open]",
 			"Print a one-time login link to the running proxy's dashboard (the pool, live).",
 			"rotor dashboard --open"},
+		"service": {cmdService, "Proxy", "service install|uninstall|status [--json]",
+			"Run rotor serve --stable-key at login (systemd user unit, launchd agent or logon task), restarted after a crash.",
+			"rotor service install\nrotor service status\nrotor key             # the key your editors keep"},
 		"login": {cmdLogin, "Accounts", "login [--device] [--no-browser] [--label L]",
 			"Add a ChatGPT account by signing in.",
 			"rotor login --label personal"},

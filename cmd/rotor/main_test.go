@@ -16,6 +16,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/hometest"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // rotorBin is the rotor binary the tests run, built once by TestMain.
@@ -53,7 +54,8 @@ type cliHome struct {
 	t    *testing.T
 	dir  string // ROTOR_HOME
 	env  []string
-	logs []result // every run, so tests can check no output leaks a secret
+	logs []result     // every run, so tests can check no output leaks a secret
+	host *serviceHost // the machine in-process runs of "rotor service" see; nil: this one
 }
 
 func newHome(t *testing.T) *cliHome {
@@ -68,6 +70,21 @@ func newHome(t *testing.T) *cliHome {
 		"CODEX_HOME=" + filepath.Join(root, "codex-empty"),
 	}
 	return h
+}
+
+// newServedHome is a home with one API-key account (label "a", key
+// "sk-a") whose upstream is a fresh fake, closed when the test ends.
+func newServedHome(t *testing.T) (*cliHome, *upstreamtest.Server) {
+	t.Helper()
+	up := upstreamtest.New("../../testdata")
+	if err := up.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	h := newHome(t)
+	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
+	h.addKey("a", "sk-a")
+	return h, up
 }
 
 // setenv sets one variable of the environment rotor runs with.
@@ -126,7 +143,7 @@ func (h *cliHome) runApp(stdin string, stdoutTTY bool, args []string) result {
 	var stdout, stderr bytes.Buffer
 	a := &app{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr,
 		getenv: func(k string) string { return env[k] }, environ: func() []string { return slices.Clone(h.env) },
-		stdoutTTY: stdoutTTY}
+		stdoutTTY: stdoutTTY, host: h.host}
 	done := make(chan int, 1)
 	go func() { done <- a.run(args) }()
 	var r result

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,6 +43,7 @@ type proxyOptions struct {
 	respTimeout  time.Duration
 	logFormat    string
 	logLevel     string
+	stableKey    bool // serve on the home's stable client key, and follow its rotations
 }
 
 func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
@@ -51,6 +51,7 @@ func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
 		fs.StringVar(&o.host, "host", "127.0.0.1", "listen on the loopback address `H` (127.0.0.0/8, ::1 or localhost)")
 		o.port = home.DefaultPort
 		fs.Var((*portValue)(&o.port), "port", "listen on port `P` (0 picks a free one)")
+		fs.BoolVar(&o.stableKey, "stable-key", false, "use the home's stable client key (\"rotor key\" prints it) instead of a fresh one, and follow \"rotor key rotate\"")
 	}
 	fs.StringVar(&o.account, "account", "", "use only account `SEL` (index, id, label or email) in this process")
 	fs.IntVar(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body accepted, in bytes")
@@ -95,10 +96,14 @@ type running struct {
 	key     string
 	home    string
 	srv     *proxy.Server
+	pages   *dashboard.Dashboard
+	sec     secrets.Store
+	clock   clock.Clock
 	cancel  context.CancelFunc
 	watched sync.WaitGroup
 	served  chan error
 	usage   *usage.Log
+	log     zerolog.Logger
 	once    sync.Once
 	err     error
 }
@@ -117,7 +122,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := a.clientKey()
+	key, err := a.clientKey(sec, o.stableKey)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +131,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := a.newServer(o, key, h, log)
+	srv, pages, err := a.newServer(o, key, h, log)
 	if err != nil {
 		h.usage.Close()
 		return nil, err
@@ -139,20 +144,26 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if !slices.ContainsFunc(h.pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
 		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
 	}
-	return h.serve(srv, ln, key, log), nil
+	r := h.serve(srv, ln, key, log)
+	r.pages = pages
+	return r, nil
 }
 
-// clientKey is the key clients must present: ROTOR_CLIENT_KEY, or a
-// random one for this serve alone when it is unset.
-func (a *app) clientKey() (string, error) {
+// clientKey is the key clients must present: the home's stable key in
+// sec when stable (--stable-key), else ROTOR_CLIENT_KEY, else a random one
+// for this serve alone. Both ways of naming a lasting key at once is
+// refused: which one a client should keep would be a guess.
+func (a *app) clientKey(sec secrets.Store, stable bool) (string, error) {
 	key := a.getenv("ROTOR_CLIENT_KEY")
 	switch {
+	case stable && key != "":
+		return "", rerr.Validation("ROTOR_CLIENT_KEY", "--stable-key and ROTOR_CLIENT_KEY both set the client key: unset ROTOR_CLIENT_KEY, or drop --stable-key")
+	case stable:
+		return sec.ClientKey()
 	case key == "":
-		var b [32]byte
-		rand.Read(b[:])
-		return hex.EncodeToString(b[:]), nil
-	case len(key) < 32:
-		return "", rerr.Validation("ROTOR_CLIENT_KEY", "ROTOR_CLIENT_KEY must be at least 32 characters")
+		return secrets.NewClientKey(), nil
+	case len(key) < proxy.MinClientKeyLen:
+		return "", rerr.Validation("ROTOR_CLIENT_KEY", fmt.Sprintf("ROTOR_CLIENT_KEY must be at least %d characters", proxy.MinClientKeyLen))
 	}
 	return key, nil
 }
@@ -204,16 +215,18 @@ func (a *app) openServeHome(st *accounts.Store, sec secrets.Store, account strin
 
 // newServer builds the proxy over h, configured by o and guarded by key,
 // with its token refresh (which flags an account whose refresh token is
-// dead) and its dashboard.
-func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Logger) (*proxy.Server, error) {
+// dead) and its dashboard, which it returns too: a serve on the stable
+// key hands both a rotated key.
+func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Logger) (*proxy.Server, *dashboard.Dashboard, error) {
 	deps := proxy.Deps{Selector: h.sel, Secrets: h.sec, Flagger: h.st, Usage: h.usage, Clock: h.clock, Log: log}
 	deps.Refresher = newRefresher(a, h.st.Dir(), h.sec, func(id, reason string) error {
 		_, err := h.st.Flag(id, reason, false)
 		return err
 	})
-	deps.Pages = dashboard.New(dashboard.Config{ClientKey: key, Pool: h.sel, Store: h.st, Clock: h.clock, Log: log,
+	pages := dashboard.New(dashboard.Config{ClientKey: key, Pool: h.sel, Store: h.st, Clock: h.clock, Log: log,
 		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second)})
-	return proxy.New(proxy.Config{
+	deps.Pages = pages
+	srv, err := proxy.New(proxy.Config{
 		ClientKey:       key,
 		MaxBody:         o.maxBody,
 		MaxAttempts:     o.maxAttempts,
@@ -222,6 +235,7 @@ func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Lo
 		ChatGPTBase:     strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
 		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
 	}, deps)
+	return srv, pages, err
 }
 
 // serve starts srv on ln, and a watcher that brings other rotor
@@ -233,8 +247,11 @@ func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log ze
 		key:    key,
 		home:   h.st.Dir(),
 		srv:    srv,
+		sec:    h.sec,
+		clock:  h.clock,
 		served: make(chan error, 1),
 		usage:  h.usage,
+		log:    log,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -251,6 +268,19 @@ func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log ze
 	}()
 	go func() { r.served <- srv.Serve(ln) }()
 	return r
+}
+
+// followKey keeps r on the home's stable key until r stops, rewriting
+// the serve's record in from each new key.
+func (r *running) followKey(in home.Info) {
+	f := &keyFollower{sec: r.sec, srv: r.srv, pages: r.pages, log: r.log, record: func(key string) error {
+		in.ClientKey = key
+		return home.WriteInfo(r.home, in)
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopWatch := r.cancel
+	r.cancel = func() { cancel(); stopWatch() }
+	r.watched.Go(func() { f.run(ctx, r.clock, r.key) })
 }
 
 // stop drains in-flight requests (at most proxy.DrainTimeout), then
@@ -320,9 +350,13 @@ func cmdServe(a *app, args []string) error {
 		return err
 	}
 	pid := os.Getpid()
-	if err := home.WriteInfo(r.home, home.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: a.now().UTC()}); err != nil {
+	info := home.Info{URL: r.url, PID: pid, ClientKey: r.key, StartedAt: a.now().UTC()}
+	if err := home.WriteInfo(r.home, info); err != nil {
 		r.stop()
 		return err
+	}
+	if o.stableKey {
+		r.followKey(info)
 	}
 	fmt.Fprintf(a.stdout, "rotor proxy listening on %s\n", r.url)
 	fmt.Fprintf(a.stdout, "client key: in %s (run: eval \"$(rotor env)\")\n", filepath.Join(r.home, home.RecordName(pid)))

@@ -223,15 +223,8 @@ func TestServeWithNoAccountWarnsAndRefusesPlainly(t *testing.T) {
 // doctor checks a running serve through its own /healthz: no upstream
 // call, no usage record, no account moved.
 func TestDoctorSpendsNoAccount(t *testing.T) {
-	up := upstreamtest.New("../../testdata")
-	if err := up.Start(""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	h := newHome(t)
-	h.setenv("ROTOR_OPENAI_BASE_URL", up.OpenAIBase())
+	h, up := newServedHome(t)
 	h.setenv("ROTOR_CLIENT_KEY", raceClientKey)
-	h.addKey("a", "sk-a")
 	p := raceServe(t, rotorBin, h.env, "serve")
 	r := h.run("", "doctor")
 	if !regexp.MustCompile(`(?m)^\s*ok\s+proxy\s+pid \d+ answers`).MatchString(r.stdout) {

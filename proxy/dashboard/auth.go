@@ -15,7 +15,8 @@ import (
 const LoginTTL = 5 * time.Minute
 
 // SessionTTL is how long a dashboard cookie works. It also ends when the
-// serve that issued it stops, since a new serve has a new client key.
+// serve that issued it stops, since a new serve has a new client key, and
+// when the serve's stable key is rotated (Dashboard.SetClientKey).
 const SessionTTL = 12 * time.Hour
 
 // Both tokens are "nonce.expiry.mac": a random nonce, an expiry in Unix

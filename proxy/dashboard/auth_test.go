@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 const key = "0123456789abcdef0123456789abcdef"
@@ -48,5 +50,35 @@ func TestLoginTokens(t *testing.T) {
 	}
 	if !sp.take("later", exp.Add(LoginTTL), exp) || len(sp.nonces) != 1 {
 		t.Errorf("expired nonces kept: %d", len(sp.nonces))
+	}
+}
+
+// A rotated client key signs every session out: a cookie or login link
+// signed with the old key is refused, one signed with the new key works.
+func TestSetClientKeyEndsOldSessions(t *testing.T) {
+	t.Parallel()
+	d := New(Config{ClientKey: key})
+	withCookie := func(signKey string) *fasthttp.RequestCtx {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetHost("127.0.0.1:8787")
+		ctx.Request.Header.SetCookie("rotor_dashboard_8787", mint(signKey, purposeSession, time.Now().Add(time.Hour)))
+		return &ctx
+	}
+	if !d.session(withCookie(key)) {
+		t.Fatal("a cookie signed with the key is refused")
+	}
+	next := strings.Repeat("n", 64)
+	d.SetClientKey(next)
+	if d.session(withCookie(key)) {
+		t.Error("a cookie signed with the old key still works after the rotation")
+	}
+	if !d.session(withCookie(next)) {
+		t.Error("a cookie signed with the new key is refused")
+	}
+	var login fasthttp.RequestCtx
+	login.Request.SetRequestURI("/login?token=" + LoginToken(key, time.Now()))
+	d.login(&login)
+	if login.Response.StatusCode() != fasthttp.StatusUnauthorized {
+		t.Errorf("a login link of the old key: %d", login.Response.StatusCode())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -46,7 +47,7 @@ type Store interface {
 
 // Config wires a Dashboard.
 type Config struct {
-	ClientKey string // the serve's client key, which signs logins and cookies
+	ClientKey string // the serve's client key, which signs logins and cookies (see SetClientKey)
 	Pool      Pool
 	Store     Store
 	Usage     *Usage
@@ -58,7 +59,10 @@ type Config struct {
 
 // Dashboard answers the dashboard's paths.
 type Dashboard struct {
-	cfg   Config
+	cfg Config
+	// key is the client key logins and cookies are signed with now; it
+	// starts as cfg.ClientKey.
+	key   atomic.Pointer[string]
 	spent spent
 	// streams bounds the open live streams: each costs a goroutine and a
 	// look at the pool per tick.
@@ -76,8 +80,20 @@ func New(cfg Config) *Dashboard {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
-	return &Dashboard{cfg: cfg, streams: make(chan struct{}, maxStreams)}
+	d := &Dashboard{cfg: cfg, streams: make(chan struct{}, maxStreams)}
+	d.SetClientKey(cfg.ClientKey)
+	return d
 }
+
+// SetClientKey makes key the one logins and cookies are signed with and
+// checked against, as the serve's own key check follows a rotated key.
+// Login links and cookies signed with the old key stop working at once:
+// whoever held the old key could have made them, so a rotation signs
+// every dashboard session out, and "rotor dashboard" makes a new link.
+func (d *Dashboard) SetClientKey(key string) { d.key.Store(&key) }
+
+// clientKey is the key logins and cookies are signed with now.
+func (d *Dashboard) clientKey() string { return *d.key.Load() }
 
 // Owns reports whether path is the dashboard's: /, /login and /dashboard/….
 func (d *Dashboard) Owns(path []byte) bool {
@@ -164,14 +180,14 @@ func cookieName(ctx *fasthttp.RequestCtx) string {
 // login trades a one-time token for a session cookie and goes to /.
 func (d *Dashboard) login(ctx *fasthttp.RequestCtx) {
 	now := d.cfg.Clock.Now()
-	nonce, exp, ok := check(d.cfg.ClientKey, purposeLogin, string(ctx.QueryArgs().Peek("token")), now)
+	nonce, exp, ok := check(d.clientKey(), purposeLogin, string(ctx.QueryArgs().Peek("token")), now)
 	if !ok || !d.spent.take(nonce, exp, now) {
 		d.unauthorized(ctx, "This login link is used up, expired, or from another rotor serve. Run \"rotor dashboard\" for a new one.")
 		return
 	}
 	var c fasthttp.Cookie
 	c.SetKey(cookieName(ctx))
-	c.SetValue(mint(d.cfg.ClientKey, purposeSession, now.Add(SessionTTL)))
+	c.SetValue(mint(d.clientKey(), purposeSession, now.Add(SessionTTL)))
 	c.SetPath("/")
 	c.SetHTTPOnly(true)
 	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
@@ -183,7 +199,7 @@ func (d *Dashboard) login(ctx *fasthttp.RequestCtx) {
 }
 
 func (d *Dashboard) session(ctx *fasthttp.RequestCtx) bool {
-	_, _, ok := check(d.cfg.ClientKey, purposeSession, string(ctx.Request.Header.Cookie(cookieName(ctx))), d.cfg.Clock.Now())
+	_, _, ok := check(d.clientKey(), purposeSession, string(ctx.Request.Header.Cookie(cookieName(ctx))), d.cfg.Clock.Now())
 	return ok
 }
 
