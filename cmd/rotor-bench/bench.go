@@ -73,15 +73,23 @@ func scenarios() []scenario {
 		{name: "2 MiB bodies C=8", conc: 8, body: large},
 		{name: "100 streams x 20 events", conc: 100, streams: true, events: 20, gapMS: 50},
 		{name: "1000 streams x 20 events", conc: 1000, streams: true, events: 20, gapMS: 50},
+		// Longer-lived streams, as a Codex turn's are: more of them open at
+		// once for longer, which is what a proxy's per-stream memory shows.
+		{name: "1000 streams x 20 events 100 ms apart", conc: 1000, streams: true, events: 20, gapMS: 100},
 	}
 }
 
 func run(ctx context.Context, cfg config, out, log io.Writer) error {
-	up, err := startUpstream()
+	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	defer up.close()
+	upProc, err := startProc(ctx, exec.Command(self, "-upstream"), "")
+	if err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	defer upProc.kill()
+	up := upProc.line
 	fmt.Fprintf(out, "| scenario | measure | direct | naive | floor | rotor | rotor vs naive | rotor vs floor |\n|---|---|---|---|---|---|---|---|\n")
 	for _, sc := range scenarios() {
 		if cfg.only != "" && !strings.Contains(sc.name, cfg.only) {
@@ -120,7 +128,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 // startPeers starts the naive proxy, the floor proxy and rotor in front
 // of up (with a dashboard open on rotor when cfg says so) and returns the
 // four peers, direct first and rotor last; stop ends them.
-func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (peers []peer, stop func(), err error) {
+func startPeers(ctx context.Context, cfg config, up string, log io.Writer) (peers []peer, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for _, f := range slices.Backward(stops) {
@@ -136,12 +144,12 @@ func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (p
 	if err != nil {
 		return nil, stop, err
 	}
-	naive, err := startProc(ctx, exec.Command(self, "-peer", up.url), "")
+	naive, err := startProc(ctx, exec.Command(self, "-peer", up), "")
 	if err != nil {
 		return nil, stop, fmt.Errorf("naive proxy: %w", err)
 	}
 	stops = append(stops, naive.kill)
-	floor, err := startProc(ctx, exec.Command(self, "-floor", up.url), "")
+	floor, err := startProc(ctx, exec.Command(self, "-floor", up), "")
 	if err != nil {
 		return nil, stop, fmt.Errorf("floor proxy: %w", err)
 	}
@@ -151,7 +159,7 @@ func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (p
 		return nil, stop, err
 	}
 	stops = append(stops, func() { os.RemoveAll(home) })
-	rotor, err := startRotor(ctx, cfg.rotor, up.url, home)
+	rotor, err := startRotor(ctx, cfg.rotor, up, home)
 	if err != nil {
 		return nil, stop, fmt.Errorf("rotor: %w", err)
 	}
@@ -165,7 +173,7 @@ func startPeers(ctx context.Context, cfg config, up *upstream, log io.Writer) (p
 		fmt.Fprintln(log, "rotor-bench: a dashboard page is open on rotor")
 	}
 	return []peer{
-		{name: "direct", base: up.url + "/v1"},
+		{name: "direct", base: up + "/v1"},
 		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
 		{name: "floor", base: floor.line + "/v1", pid: floor.cmd.Process.Pid},
 		{name: "rotor", base: rotor.line, pid: rotor.cmd.Process.Pid},

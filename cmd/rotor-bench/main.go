@@ -4,8 +4,8 @@
 // prints a markdown table of ratios (docs/PERFORMANCE.md explains it).
 //
 // One run starts, on loopback only: an upstream that speaks the Responses
-// wire format (in this process), the naive and floor proxies (this binary,
-// as child processes with -peer and -floor), and `rotor serve` with one
+// wire format, the naive and floor proxies (this binary, as child
+// processes with -upstream, -peer and -floor), and `rotor serve` with one
 // API-key account pointing at the upstream. Every scenario then runs against each peer in turn,
 // interleaved, so that a machine slowing down mid-run hurts them alike.
 // Per-event latency comes from the send time the upstream writes into each
@@ -32,7 +32,15 @@ func main() {
 	flag.BoolVar(&cfg.dashboard, "dashboard", false, "keep rotor's dashboard open (logged in, its live stream read) during the run")
 	peer := flag.String("peer", "", "internal: run as the naive proxy in front of this upstream URL")
 	floor := flag.String("floor", "", "internal: run as the floor proxy (a bare fasthttp pass-through) in front of this upstream URL")
+	asUpstream := flag.Bool("upstream", false, "internal: run as the upstream")
 	flag.Parse()
+	if *asUpstream {
+		if err := runUpstream(); err != nil {
+			fmt.Fprintln(os.Stderr, "rotor-bench upstream:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *peer != "" || *floor != "" {
 		serve, target := runNaive, *peer
 		if *floor != "" {

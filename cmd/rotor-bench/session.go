@@ -39,7 +39,7 @@ type sessionResult struct {
 
 // runSessions measures sessions over HTTP and over one socket through
 // rotor (started afresh in front of up) and prints their table.
-func runSessions(ctx context.Context, cfg config, up *upstream, out, log io.Writer) error {
+func runSessions(ctx context.Context, cfg config, up string, out, log io.Writer) error {
 	peers, stop, err := startPeers(ctx, cfg, up, log)
 	if err != nil {
 		return err

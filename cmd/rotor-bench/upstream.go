@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,20 +18,21 @@ import (
 // a tool call each (session.go).
 type upstream struct {
 	srv *http.Server
-	url string
 }
 
 var completed = []byte(`{"id":"resp_bench","object":"response","status":"completed","model":"gpt-5","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}],"usage":{"input_tokens":10,"output_tokens":1,"total_tokens":11}}`)
 
-func startUpstream() (*upstream, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// runUpstream serves the upstream in this process, announcing its URL on
+// stdout, until killed: the benchmark runs it as a child of its own, so
+// that its CPU and scheduling are not the measuring client's.
+func runUpstream() error {
+	ln, err := announce()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	u := &upstream{url: "http://" + ln.Addr().String()}
+	u := &upstream{}
 	u.srv = &http.Server{Handler: http.HandlerFunc(u.serve), ReadHeaderTimeout: 10 * time.Second}
-	go u.srv.Serve(ln)
-	return u, nil
+	return u.srv.Serve(ln)
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
@@ -73,5 +73,3 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":%s}\n\n", completed)
 }
-
-func (u *upstream) close() { u.srv.Close() }
