@@ -6,36 +6,14 @@
 package aliases
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
-	"unicode"
 
-	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
 	rerr "github.com/rotorproxy/rotor/errors"
-)
-
-// Alias renames one model: a request for From is sent as To to accounts
-// of Kind, or of every kind when Kind is "".
-type Alias struct {
-	From string        `json:"from"`
-	To   string        `json:"to"`
-	Kind accounts.Kind `json:"kind,omitempty"`
-}
-
-// Limits keep aliases.json a list a person keeps by hand, and the model
-// list that /v1/models grows by it short.
-const (
-	MaxAliases = 256
-	MaxName    = 128 // bytes of a model name
 )
 
 // fileVersion is the version of aliases.json this rotor writes and reads.
@@ -46,57 +24,6 @@ type file struct {
 	Version int     `json:"version"`
 	Aliases []Alias `json:"aliases"`
 }
-
-// Check reports what is wrong with a, as a VALIDATION error naming the
-// field, or nil: both names present, short and free of spaces and control
-// characters, not the same, and a known kind.
-func Check(a Alias) error {
-	for _, n := range []struct{ field, name string }{{"from", a.From}, {"to", a.To}} {
-		switch {
-		case n.name == "":
-			return rerr.Validation(n.field, "The model name "+strings.ToUpper(n.field)+" is empty.")
-		case len(n.name) > MaxName:
-			return rerr.Validation(n.field, fmt.Sprintf("The model name %.20q… is longer than %d bytes.", n.name, MaxName))
-		case strings.ContainsFunc(n.name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-			return rerr.Validation(n.field, fmt.Sprintf("The model name %q has a space or control character in it.", n.name))
-		}
-	}
-	if a.From == a.To {
-		return rerr.Validation("to", fmt.Sprintf("An alias of %q to itself changes nothing.", a.From))
-	}
-	if a.Kind != "" && a.Kind != accounts.KindChatGPT && a.Kind != accounts.KindAPIKey {
-		return rerr.Validation("kind", fmt.Sprintf("Unknown account kind %q (chatgpt or api-key).", a.Kind))
-	}
-	return nil
-}
-
-// Set returns list with a in it, replacing the alias of the same From:
-// each model has at most one alias. The list stays sorted by From.
-func Set(list []Alias, a Alias) ([]Alias, error) {
-	if err := Check(a); err != nil {
-		return nil, err
-	}
-	i, found := slices.BinarySearchFunc(list, a.From, byFrom)
-	if found {
-		list[i] = a
-		return list, nil
-	}
-	if len(list) >= MaxAliases {
-		return nil, rerr.Validation("from", fmt.Sprintf("There are %d aliases already, the most rotor keeps; remove one first (rotor alias rm FROM).", len(list)))
-	}
-	return slices.Insert(list, i, a), nil
-}
-
-// Remove returns list without the alias of from, and whether it had one.
-func Remove(list []Alias, from string) ([]Alias, bool) {
-	i, found := slices.BinarySearchFunc(list, from, byFrom)
-	if !found {
-		return list, false
-	}
-	return slices.Delete(list, i, i+1), true
-}
-
-func byFrom(a Alias, from string) int { return strings.Compare(a.From, from) }
 
 // Store is aliases.json in a rotor home. Every write is atomic and made
 // under the home lock; a file that cannot be read is never overwritten.
@@ -136,44 +63,29 @@ func (s *Store) Load() ([]Alias, error) {
 // its result atomically (mode 0600). If fn fails nothing is written; a
 // damaged file is reported and left as it is.
 func (s *Store) Update(fn func([]Alias) ([]Alias, error)) ([]Alias, error) {
-	l, err := home.LockFile(s.lock, false, s.LockTimeout)
-	if err != nil {
-		return nil, err
+	load := func() (file, error) {
+		list, err := s.Load()
+		return file{Version: fileVersion, Aliases: list}, err
 	}
-	defer l.Unlock()
-	list, err := s.Load()
-	if err != nil {
-		return nil, err
+	edit := func(f file) (file, error) {
+		list, err := fn(f.Aliases)
+		if list == nil {
+			list = []Alias{} // written as [], never null
+		}
+		return file{Version: fileVersion, Aliases: list}, err
 	}
-	if list, err = fn(list); err != nil {
-		return nil, err
-	}
-	if list == nil {
-		list = []Alias{} // written as [], never null
-	}
-	data, err := json.MarshalIndent(file{Version: fileVersion, Aliases: list}, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := home.WriteFile(s.path, append(data, '\n')); err != nil {
-		return nil, fmt.Errorf("cannot write %s: %w", s.path, err)
-	}
-	return list, nil
+	f, err := home.UpdateJSON(s.path, s.lock, s.LockTimeout, load, edit)
+	return f.Aliases, err
 }
 
 // parse decodes aliases.json content and checks every alias in it, as
 // accounts.Parse does the pool: a file with anything wrong in it is
-// damaged as a whole, since a rewrite would silently drop what rotor did
-// not understand.
+// damaged as a whole, since a rewrite would silently drop the aliases
+// rotor did not understand.
 func parse(path string, data []byte) ([]Alias, error) {
 	var f file
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return nil, unreadable(path, fmt.Errorf("invalid JSON: %w", err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, unreadable(path, errors.New("invalid JSON: unexpected data after the top-level object"))
+	if err := home.DecodeJSON(data, &f); err != nil {
+		return nil, unreadable(path, err)
 	}
 	if f.Version != fileVersion {
 		return nil, unreadable(path, fmt.Errorf("unsupported version %d", f.Version))
@@ -181,7 +93,7 @@ func parse(path string, data []byte) ([]Alias, error) {
 	if len(f.Aliases) > MaxAliases {
 		return nil, unreadable(path, fmt.Errorf("%d aliases, more than %d", len(f.Aliases), MaxAliases))
 	}
-	slices.SortStableFunc(f.Aliases, func(a, b Alias) int { return strings.Compare(a.From, b.From) })
+	sortByFrom(f.Aliases)
 	for i, a := range f.Aliases {
 		if err := Check(a); err != nil {
 			return nil, unreadable(path, fmt.Errorf("alias of %q: %w", a.From, err))
