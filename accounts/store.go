@@ -5,13 +5,10 @@
 package accounts
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -184,14 +181,8 @@ func (s *Store) Load() (*Pool, error) {
 // Parse decodes accounts.json content; path is only used in errors.
 func Parse(path string, data []byte) (*Pool, error) {
 	var p Pool
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&p); err != nil {
-		return nil, rerr.StorageUnreadable(path, fmt.Errorf("invalid JSON: %w", err))
-	}
-	// Anything after the object means the file is damaged; a rewrite would
-	// silently drop it.
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, rerr.StorageUnreadable(path, errors.New("invalid JSON: unexpected data after the top-level object"))
+	if err := home.DecodeJSON(data, &p); err != nil {
+		return nil, rerr.StorageUnreadable(path, err)
 	}
 	if p.Version != 1 {
 		return nil, rerr.StorageUnreadable(path, fmt.Errorf("unsupported version %d", p.Version))
@@ -217,33 +208,17 @@ func Parse(path string, data []byte) (*Pool, error) {
 // result too. If fn returns an error nothing
 // is written. An unreadable store is reported and left untouched.
 func (s *Store) Update(fn func(*Pool) error) (*Pool, error) {
-	l, err := home.LockFile(s.lock, false, s.LockTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Unlock()
-	p, err := s.Load()
-	if err != nil {
-		return nil, err
-	}
-	if err := fn(p); err != nil {
-		return nil, err
-	}
-	data, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	data = append(data, '\n')
-	if err := home.WriteFile(s.path, data); err != nil {
-		return nil, fmt.Errorf("cannot write %s: %w", s.path, err)
-	}
+	edit := func(p *Pool) (*Pool, error) { return p, fn(p) }
 	// Backed up after the write, so the newest backup always holds the
 	// current good state (SPEC §2): restoring it loses nothing. A crash
 	// in between leaves the previous state there, which is still good.
-	if err := home.Rotate(s.path, Backups); err != nil {
-		return nil, fmt.Errorf("cannot back up %s: %w", s.path, err)
+	backup := func() error {
+		if err := home.Rotate(s.path, Backups); err != nil {
+			return fmt.Errorf("cannot back up %s: %w", s.path, err)
+		}
+		return nil
 	}
-	return p, nil
+	return home.UpdateJSON(s.path, s.lock, s.LockTimeout, s.Load, edit, backup)
 }
 
 // NewID returns a fresh random account id.

@@ -235,11 +235,17 @@ func modelList(catalog []byte, now time.Time) []byte {
 			b = append(b, ',')
 		}
 		n++
-		b = append(b, `{"id":`...)
-		b = append(b, id.Raw...)
-		b = append(b, `,"object":"model","created":`...)
-		b = strconv.AppendInt(b, now.Unix(), 10)
-		b = append(b, `,"owned_by":"openai"}`...)
+		b = appendModel(b, []byte(id.Raw), now)
 	}
 	return append(b, "]}"...)
+}
+
+// appendModel appends one entry of an OpenAI model list, for the model
+// whose id is the JSON string idRaw.
+func appendModel(b, idRaw []byte, now time.Time) []byte {
+	b = append(b, `{"id":`...)
+	b = append(b, idRaw...)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, now.Unix(), 10)
+	return append(b, `,"owned_by":"openai"}`...)
 }

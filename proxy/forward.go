@@ -213,7 +213,8 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	if err != nil {
 		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
 	}
-	body = r.wire(body)
+	body = r.wire(s.aliased(r, a.Kind, body))
+	sh = s.listsAliases(r, a.Kind, sh)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(ad.url(base, r))
@@ -256,7 +257,8 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 	ans := &answer{resp: resp, answerForm: sh}
 	if sh == formModelList {
 		// Bounded like an error body: a catalog is small.
-		ans.assembled = modelList(readErrorBody(resp), s.deps.Clock.Now())
+		now := s.deps.Clock.Now()
+		ans.assembled = withModels(modelList(readErrorBody(resp), now), r.listAliases, now)
 		return ans, nil
 	}
 	if !sseAnswer(resp) || resp.BodyStream() == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
@@ -42,6 +43,9 @@ type env struct {
 	pool  *accounts.Pool
 	usage *usage.Log
 	ticks *clocktest.Fake // ticks the watcher by hand; nil when the test brought its own clock
+	// aliases are the model aliases the proxy follows, as serve does:
+	// read at the start, then by the watcher (watch).
+	aliases *aliases.Live
 }
 
 // tick makes e's watcher look at the home once, as one WatchInterval
@@ -153,8 +157,9 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 		o(&cfg)
 	}
 	sel.SetEndpointOf(NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase).Endpoint) // as serve wires it
+	live := followAliases(t, dir)
 	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: zerolog.Nop(),
-		Refresher: pc.refresher}
+		Refresher: pc.refresher, Aliases: live}
 	srv, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +175,23 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 		srv.Shutdown(ctx)
 		usageLog.Close()
 	})
-	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usageLog, ticks: ticks}
+	return &env{t: t, up: up, store: st, sel: sel, srv: srv, base: "http://" + ln.Addr().String(), pool: pool, usage: usageLog, ticks: ticks,
+		aliases: live}
+}
+
+// followAliases is the model aliases of the home dir as serve follows
+// them, read once.
+func followAliases(t testing.TB, dir string) *aliases.Live {
+	t.Helper()
+	st, err := aliases.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := aliases.Follow(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return live
 }
 
 // newBenchEnv is a one-account (API key "k1") env for benchmarks; edit

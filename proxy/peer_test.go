@@ -62,7 +62,7 @@ func (e *env) watch() {
 		defer wg.Done()
 		rotation.Watch(ctx, e.store, e.sel, rotation.WatchInterval, func(err error) {
 			t.Logf("watch: %v", err)
-		})
+		}, e.aliases.Refresh)
 	}()
 	t.Cleanup(func() {
 		cancel()

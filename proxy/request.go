@@ -68,6 +68,9 @@ type request struct {
 	// recoded is an edited body (from) compressed again in coding, once
 	// per request (request.wire).
 	recoded struct{ from, body []byte }
+	// listAliases are the alias names the attempt's account kind adds to
+	// a models list (Server.listsAliases).
+	listAliases []string
 
 	// The loop's progress: accounts attempted (ids) and what each
 	// attempt came to, the last account's index as users number it, and

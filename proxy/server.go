@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -143,6 +144,8 @@ type Deps struct {
 	Log       zerolog.Logger
 	// Pages serves the dashboard (SPEC §8); nil serves none.
 	Pages Pages
+	// Aliases are the model aliases in force (SPEC §12); nil: none.
+	Aliases *aliases.Live
 }
 
 // Pages answers the dashboard's paths: the only ones that do not take the

@@ -89,6 +89,7 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		scanBody(r.frame, &sc)
 		frame = rewriteFrame(r.frame, sc.members, r.wholeInput(), nil)
 	}
+	frame = s.aliased(r, a.Kind, frame)
 	conn := sk.up.conn
 	if conn.SetWriteDeadline(time.Now().Add(socketWriteWait)) != nil || conn.WriteMessage(websocket.TextMessage, frame) != nil {
 		sk.dropUpstream()

@@ -62,8 +62,11 @@ func Refresh(src PoolSource, sel *Selector, stamp home.Stamp) (home.Stamp, error
 // last news of this process reaches state.json. A broken store must not
 // stop the proxy, only be reported: onErr hears each kind of failure once
 // while it lasts (a full disk is one, whatever temporary file each write
-// tried), and nil once when syncing works again.
-func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Duration, onErr func(error)) {
+// tried), and nil once when syncing works again. Each of also follows one
+// more file of the home (aliases.json) on the same ticks, its failures
+// reported with the pool's: one watcher keeps one rhythm, which the
+// tests' hand-ticked clock drives.
+func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Duration, onErr func(error), also ...func() error) {
 	tick, stop := sel.clock.NewTicker(interval)
 	defer stop()
 	stamp := home.Stamp{}
@@ -71,6 +74,9 @@ func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Dur
 	for {
 		var err error
 		stamp, err = Refresh(src, sel, stamp)
+		for _, follow := range also {
+			err = errors.Join(err, follow())
+		}
 		switch kind := failureKind(err); {
 		case kind == last:
 		case kind == "":

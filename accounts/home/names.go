@@ -21,6 +21,11 @@ const (
 
 	DashboardOpenPage = "dashboard-open.html" // rotor dashboard --open's redirect
 
+	// AliasesFile holds the model aliases (rotor alias). It is written
+	// under the home lock: aliases change seldom, and by hand.
+	AliasesFile = "aliases.json"
+	AliasesLock = AccountsLock
+
 	// ClientKeyFile holds the stable client key with the file secrets
 	// backend; with the keyring, ClientKeyMark (no secret in it) changes
 	// whenever the key in the keyring does, so serves notice with a stat.

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -172,12 +173,13 @@ func (a *app) clientKey(sec secrets.Store, stable bool) (string, error) {
 // secrets, the pool, a selector over it on the shared runtime state, and
 // the usage log, all telling time by one clock.
 type serveHome struct {
-	st    *accounts.Store
-	sec   secrets.Store
-	pool  *accounts.Pool
-	sel   *rotation.Selector
-	usage *usage.Log
-	clock clock.Clock
+	st      *accounts.Store
+	sec     secrets.Store
+	pool    *accounts.Pool
+	sel     *rotation.Selector
+	usage   *usage.Log
+	clock   clock.Clock
+	aliases *aliases.Live
 }
 
 // openServeHome loads st's pool, opens the selector over the shared
@@ -202,6 +204,10 @@ func (a *app) openServeHome(st *accounts.Store, sec secrets.Store, account strin
 	if stateErr != nil {
 		log.Warn().Err(stateErr).Msg("cannot read shared state; starting fresh")
 	}
+	if h.aliases, err = openAliases(st.Dir()); err != nil {
+		h.usage.Close()
+		return nil, err
+	}
 	if account != "" {
 		i, err := h.pool.Resolve(account)
 		if err != nil {
@@ -211,6 +217,19 @@ func (a *app) openServeHome(st *accounts.Store, sec secrets.Store, account strin
 		h.sel.SetProcessPin(h.pool.At(i).ID)
 	}
 	return h, nil
+}
+
+// openAliases follows the model aliases of the home dir. A damaged
+// aliases.json does not stop the serve: the watcher's first look, at
+// once, reports it, and the serve runs without aliases until it is
+// mended.
+func openAliases(dir string) (*aliases.Live, error) {
+	st, err := aliases.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	live, _ := aliases.Follow(st)
+	return live, nil
 }
 
 // newServer builds the proxy over h, configured by o and guarded by key,
@@ -226,6 +245,7 @@ func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Lo
 	pages := dashboard.New(dashboard.Config{ClientKey: key, Pool: h.sel, Store: h.st, Clock: h.clock, Log: log,
 		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second)})
 	deps.Pages = pages
+	deps.Aliases = h.aliases
 	srv, err := proxy.New(proxy.Config{
 		ClientKey:       key,
 		MaxBody:         o.maxBody,
@@ -264,7 +284,7 @@ func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log ze
 				return
 			}
 			log.Warn().Err(err).Msg("cannot sync with ROTOR_HOME")
-		})
+		}, h.aliases.Refresh)
 	}()
 	go func() { r.served <- srv.Serve(ln) }()
 	return r
