@@ -75,6 +75,7 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 	if next.IDToken == "" {
 		next.IDToken = cur.IDToken
 	}
+	next.ProxyPassword = cur.ProxyPassword // the account's proxy is not the token endpoint's to change
 	if err := r.Secrets.Set(a.ID, next); err != nil {
 		// The old refresh token is spent: losing the new one would lock
 		// the account out, so this is not retryable silently.
@@ -107,7 +108,8 @@ func (r *Refresher) adoptCodex(a accounts.Account, cur secrets.Secret) (secrets.
 	case !a.SameLogin(id): // the file now holds another login: doctor says so
 	case !cur.ExpiresAt.IsZero() && id.ExpiresAt.Before(cur.ExpiresAt): // older than ours
 	default:
-		s := secrets.Secret{AccessToken: ct.AccessToken, RefreshToken: ct.RefreshToken, IDToken: ct.IDToken, ExpiresAt: id.ExpiresAt}
+		s := secrets.Secret{AccessToken: ct.AccessToken, RefreshToken: ct.RefreshToken, IDToken: ct.IDToken, ExpiresAt: id.ExpiresAt,
+			ProxyPassword: cur.ProxyPassword}
 		if err := r.Secrets.Set(a.ID, s); err != nil {
 			r.linkError(a, err)
 			return secrets.Secret{}, false
