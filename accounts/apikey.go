@@ -14,9 +14,6 @@ type KeyOptions struct {
 	Label   string // empty: "api-key-" and the end of the id; kept on update
 	BaseURL string // empty: the default OpenAI base; kept on update
 	Update  bool   // a known key updates its account instead of failing
-	// Proxy is the account's own proxy URL (see ParseProxy); empty: none
-	// for a new account, the one it has for an updated one.
-	Proxy string
 }
 
 // AddKey adds an API-key account holding key, unless some account already
@@ -37,12 +34,6 @@ func AddKey(st *Store, sec secrets.Store, key string, o KeyOptions, now time.Tim
 	}
 	fp := secrets.Fingerprint(salt, key)
 	s := secrets.Secret{APIKey: key}
-	var shown string
-	if o.Proxy != "" {
-		if shown, s.ProxyPassword, err = ParseProxy(o.Proxy); err != nil {
-			return Account{}, 0, false, err
-		}
-	}
 	_, err = st.Update(func(p *Pool) error {
 		FillFingerprints(p, sec, salt)
 		index, created = p.KeyHolder(fp), false
@@ -62,9 +53,7 @@ func AddKey(st *Store, sec secrets.Store, key string, o KeyOptions, now time.Tim
 				a.BaseURL = o.BaseURL
 			}
 		}
-		if shown != "" {
-			p.At(index).ProxyURL = shown
-		} else if !created {
+		if !created {
 			keepProxyPassword(sec, p.At(index).ID, &s)
 		}
 		acct = *p.At(index)

@@ -122,3 +122,12 @@ func HostPort(u *url.URL) string {
 	port := map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[u.Scheme]
 	return net.JoinHostPort(u.Hostname(), port)
 }
+
+// Choose is the rule of an account: its own proxy own for every request
+// when it has one, else the environment's rule env.
+func Choose(own *url.URL, env Func) Func {
+	if own == nil {
+		return env
+	}
+	return func(*url.URL) (*url.URL, error) { return own, nil }
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
@@ -37,6 +38,10 @@ type Refresher struct {
 	// Clock tells the time: rotor's one clock, so a test that moves it
 	// moves token expiry with everything else.
 	Clock clock.Clock
+	// EnvProxy is the environment's proxy rule (netproxy.FromEnv; nil:
+	// none). An account's own proxy wins over it, so the refresh goes out
+	// the same way as the account's requests.
+	EnvProxy netproxy.Func
 	// LinkError is told when a linked Codex auth.json could not be read
 	// or written back (may be nil). The refresh itself still counts.
 	LinkError func(a accounts.Account, err error)
@@ -64,7 +69,11 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 	if cur.RefreshToken == "" {
 		return secrets.Secret{}, rerr.AuthRefreshFailed(false, fmt.Errorf("account %s has no refresh token", a.Label))
 	}
-	t, err := r.Client.Refresh(ctx, cur.RefreshToken)
+	own, err := netproxy.Join(a.ProxyURL, cur.ProxyPassword)
+	if err != nil {
+		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
+	}
+	t, err := r.Client.Through(netproxy.Choose(own, r.EnvProxy)).Refresh(ctx, cur.RefreshToken)
 	if err != nil {
 		if !rerr.IsRetryable(err) && r.Flag != nil {
 			r.Flag(a.ID, accounts.FlagTokenInvalid)
