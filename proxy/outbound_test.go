@@ -39,15 +39,23 @@ type forwardProxy struct {
 func startForwardProxy(t *testing.T, user, password string) *forwardProxy {
 	t.Helper()
 	p := &forwardProxy{user: user, password: password}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenLoopback(t)
 	srv := &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	p.addr = ln.Addr().String()
 	return p
+}
+
+// listenLoopback listens on a free loopback port until the test ends.
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // url is the proxy's URL with the given password ("" for none).
@@ -125,11 +133,7 @@ type socksProxy struct {
 func startSocksProxy(t *testing.T, user, password string) *socksProxy {
 	t.Helper()
 	s := &socksProxy{user: user, password: password}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listenLoopback(t)
 	s.addr = ln.Addr().String()
 	go func() {
 		for {
