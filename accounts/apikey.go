@@ -33,6 +33,7 @@ func AddKey(st *Store, sec secrets.Store, key string, o KeyOptions, now time.Tim
 		return Account{}, 0, false, err
 	}
 	fp := secrets.Fingerprint(salt, key)
+	s := secrets.Secret{APIKey: key}
 	_, err = st.Update(func(p *Pool) error {
 		FillFingerprints(p, sec, salt)
 		index, created = p.KeyHolder(fp), false
@@ -52,8 +53,11 @@ func AddKey(st *Store, sec secrets.Store, key string, o KeyOptions, now time.Tim
 				a.BaseURL = o.BaseURL
 			}
 		}
+		if !created {
+			keepProxyPassword(sec, p.At(index).ID, &s)
+		}
 		acct = *p.At(index)
-		return sec.Set(acct.ID, secrets.Secret{APIKey: key})
+		return sec.Set(acct.ID, s)
 	})
 	return acct, index, created, err
 }

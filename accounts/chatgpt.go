@@ -12,7 +12,8 @@ import (
 // not bring back a refresh token that was already spent. edit, if not
 // nil, adjusts the account before it is saved. The secret is stored under
 // the store lock, so the account never appears without it. It returns the
-// account, its 1-based index and whether it was created.
+// account, its 1-based index and whether it was created. An updated
+// account keeps its proxy password unless s carries one.
 func SaveChatGPT(st *Store, sec secrets.Store, id Identity, s secrets.Secret, label string, now time.Time, edit func(*Account)) (acct Account, index int, created bool, err error) {
 	_, err = st.Update(func(p *Pool) error {
 		index, created = p.UpsertChatGPT(id, label, now)
@@ -24,6 +25,7 @@ func SaveChatGPT(st *Store, sec secrets.Store, id Identity, s secrets.Secret, la
 			if cur, err := sec.Get(acct.ID); err == nil && cur.RefreshToken != "" && cur.ExpiresAt.After(s.ExpiresAt) {
 				return nil
 			}
+			keepProxyPassword(sec, acct.ID, &s)
 		}
 		return sec.Set(acct.ID, s)
 	})

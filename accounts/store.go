@@ -48,6 +48,10 @@ type Account struct {
 	// CodexAuthFile links a ChatGPT account to the Codex CLI auth.json it
 	// was imported from (SPEC §9): refreshes read it first and write back.
 	CodexAuthFile string `json:"codex_auth_file,omitempty"`
+	// ProxyURL is the account's own outbound proxy (SPEC §11), which wins
+	// over the environment's, as netproxy.Display shows it: never with a
+	// password, which is kept in the account's secret (ProxyPassword).
+	ProxyURL string `json:"proxy_url,omitempty"`
 }
 
 // Flagged reports whether the account is flagged, and why.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 )
 
@@ -56,7 +57,8 @@ type HeaderSetter interface{ Set(key, value string) }
 // upstream bases. It is the one place in proxy that maps a kind to its
 // adapter.
 type Adapters struct {
-	byKind map[accounts.Kind]Adapter
+	byKind   map[accounts.Kind]Adapter
+	envProxy netproxy.Func // for Endpoint; nil: no proxy in the environment
 }
 
 // NewAdapters returns the adapters with the kinds' configured upstream
@@ -77,11 +79,21 @@ func (as *Adapters) For(k accounts.Kind) Adapter {
 	return as.byKind[accounts.KindAPIKey]
 }
 
-// Endpoint is the upstream endpoint (scheme://host:port) account a is
-// served from: where a connect failure puts it out of reach (SPEC §4).
+// Endpoint is the upstream endpoint (scheme://host:port, and the proxy in
+// between when there is one) account a is served from: where a connect
+// failure puts it out of reach (SPEC §4, §11).
 // rotation.Selector.SetEndpointOf takes it.
 func (as *Adapters) Endpoint(a *accounts.Account) string {
-	return endpointOf(as.For(a.Kind).base(a.BaseURL))
+	return wayOf(as.For(a.Kind).base(a.BaseURL), a.ProxyURL, as.envProxy).endpoint
+}
+
+// WithEnvProxy returns adapters like as whose Endpoint knows the
+// environment's proxy rule env, as a Server with Config.EnvProxy env
+// records it.
+func (as *Adapters) WithEnvProxy(env netproxy.Func) *Adapters {
+	c := *as
+	c.envProxy = env
+	return &c
 }
 
 // upstream is a kind's configured upstream base, which an account's own

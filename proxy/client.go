@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/valyala/fasthttp"
 )
@@ -71,12 +72,13 @@ func newDialer(cfg *Config) *net.Dialer {
 	return &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 }
 
-// newUpstreamClient returns the HTTP client for every upstream. Reads on an
+// newUpstreamClient returns an HTTP client whose connections dial opens
+// (one per way out: see routes). Reads on an
 // upstream connection have two bounds (idleConn): the first byte of an
 // answer must come within the response timeout, and once it has, every
 // read must make progress within the stall timeout. A fasthttp
 // ReadTimeout would instead cap the whole stream.
-func newUpstreamClient(cfg *Config, d *net.Dialer) *fasthttp.Client {
+func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *fasthttp.Client {
 	stall, response := cfg.StallTimeout, cfg.ResponseTimeout
 	return &fasthttp.Client{
 		Name:                          "rotor",
@@ -91,7 +93,7 @@ func newUpstreamClient(cfg *Config, d *net.Dialer) *fasthttp.Client {
 		MaxConnsPerHost:               cfg.MaxUpstreamConns,
 		MaxConnWaitTimeout:            cfg.ConnWait,
 		Dial: func(addr string) (net.Conn, error) {
-			conn, err := dialAside(d, addr)
+			conn, err := dial(addr)
 			if err != nil {
 				return nil, &dialError{err}
 			}
@@ -111,14 +113,14 @@ func newUpstreamClient(cfg *Config, d *net.Dialer) *fasthttp.Client {
 // for as long as the connection lives, streams included: 8 KiB per open
 // stream. The dialing goroutine's stack is freed once it connects. (A TLS
 // handshake still runs on the caller: fasthttp does it after Dial.)
-func dialAside(d *net.Dialer, addr string) (net.Conn, error) {
+func dialAside(dial func(network, addr string) (net.Conn, error), addr string) (net.Conn, error) {
 	type dialed struct {
 		conn net.Conn
 		err  error
 	}
 	done := make(chan dialed, 1)
 	go func() {
-		conn, err := d.Dial("tcp", addr)
+		conn, err := dial("tcp", addr)
 		done <- dialed{conn, err}
 	}()
 	r := <-done
@@ -163,37 +165,46 @@ func (c *idleConn) Read(p []byte) (int, error) {
 // idleConn's per-read deadline replaces them.
 func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 
-// An endpoint is where an upstream base lives: scheme, host and port. When
-// rotor cannot connect to it, the network (or that host) is at fault, not
-// the accounts behind it (SPEC §4's connect-error row), so the fault is
-// recorded on the endpoint, in the runtime state every process on the home
-// shares (rotation.Runtime.EndpointDown), and no account is marked.
+// An endpoint is where an upstream base lives: scheme, host and port, and
+// the proxy in between when there is one (see way). When rotor cannot
+// connect to it, the network (or that host, or that proxy) is at fault,
+// not the accounts behind it (SPEC §4's connect-error row), so the fault
+// is recorded on the endpoint, in the runtime state every process on the
+// home shares (rotation.Runtime.EndpointDown), and no account is marked.
 type endpoints struct {
-	rt *rotation.Runtime
+	rt  *rotation.Runtime
+	env netproxy.Func // the environment's proxy rule; nil: none
 
-	mu    sync.Mutex
-	bases map[string]string // base URL → endpoint, bounded by maxBases
+	mu   sync.Mutex
+	ways map[wayKey]way // bounded by maxBases
 }
+
+// wayKey is a base URL and an account's own proxy: comparing it costs no
+// allocation, so the straight hot path allocates nothing.
+type wayKey struct{ base, proxy string }
 
 const maxBases = 1024
 
-func newEndpoints(rt *rotation.Runtime) *endpoints {
-	return &endpoints{rt: rt, bases: map[string]string{}}
+func newEndpoints(rt *rotation.Runtime, env netproxy.Func) *endpoints {
+	return &endpoints{rt: rt, env: env, ways: map[wayKey]way{}}
 }
 
-// forBase returns the endpoint of an upstream base URL, "scheme://host:port".
-func (e *endpoints) forBase(base string) string {
+// way returns the way to base for an account whose own proxy is
+// accountProxy ("" for none); its endpoint is what a connect failure
+// puts out of reach.
+func (e *endpoints) way(base, accountProxy string) way {
+	k := wayKey{base, accountProxy}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if ep, ok := e.bases[base]; ok {
-		return ep
+	if w, ok := e.ways[k]; ok {
+		return w
 	}
-	ep := endpointOf(base)
-	if len(e.bases) >= maxBases {
-		clear(e.bases) // bounded: a miss costs one parse
+	w := wayOf(base, accountProxy, e.env)
+	if len(e.ways) >= maxBases {
+		clear(e.ways) // bounded: a miss costs one parse
 	}
-	e.bases[base] = ep
-	return ep
+	e.ways[k] = w
+	return w
 }
 
 // endpointOf is the endpoint of base: its scheme, host and port, the

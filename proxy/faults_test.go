@@ -505,7 +505,7 @@ func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 		if r.StatusCode != 200 {
 			t.Fatalf("status %d", r.StatusCode)
 		}
-		e.srv.client.CloseIdleConnections() // the next request dials
+		e.srv.exits.closeIdle() // the next request dials
 	}
 	one()
 	before := runtime.NumGoroutine()

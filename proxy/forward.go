@@ -84,7 +84,7 @@ func (s *Server) skip(r *request, a *accounts.Account) string {
 	if len(r.unreachable) == 0 && !s.endpoints.anyDown() {
 		return ""
 	}
-	ep := s.endpoints.forBase(ad.base(a.BaseURL))
+	ep := s.endpoints.way(ad.base(a.BaseURL), a.ProxyURL).endpoint
 	if slices.Contains(r.unreachable, ep) || !r.probing && s.endpoints.isDown(ep) {
 		return rotation.CoolingDown(rotation.CooldownNetworkError)
 	}
@@ -208,7 +208,12 @@ func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) 
 // send makes one upstream request through ad and classifies the answer.
 func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*answer, *failure) {
 	base := ad.base(a.BaseURL)
-	endpoint := s.endpoints.forBase(base)
+	w := s.endpoints.way(base, a.ProxyURL)
+	endpoint := w.endpoint
+	rt, err := s.exits.of(&w, sec)
+	if err != nil {
+		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}
+	}
 	body, sh, err := ad.body(r)
 	if err != nil {
 		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
@@ -225,7 +230,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 		req.SetBodyRaw(body)
 	}
 	resp := fasthttp.AcquireResponse()
-	if err := s.client.Do(req, resp); err != nil {
+	if err := rt.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}
 	}

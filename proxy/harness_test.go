@@ -156,7 +156,7 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	sel.SetEndpointOf(NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase).Endpoint) // as serve wires it
+	sel.SetEndpointOf(NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase).WithEnvProxy(cfg.EnvProxy).Endpoint) // as serve wires it
 	live := followAliases(t, dir)
 	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: zerolog.Nop(),
 		Refresher: pc.refresher, Aliases: live}

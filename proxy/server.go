@@ -21,6 +21,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
@@ -77,6 +78,10 @@ type Config struct {
 	// kinds (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL).
 	ChatGPTBase string
 	OpenAIBase  string
+	// EnvProxy is the environment's proxy rule (netproxy.FromEnv), read
+	// once at start; nil connects straight unless an account has its own
+	// proxy (SPEC §11).
+	EnvProxy netproxy.Func
 }
 
 func (c *Config) defaults() {
@@ -165,8 +170,7 @@ type Server struct {
 	// (SetClientKey), so a request checks against one key or the other,
 	// never a mix, with one atomic load on the hot path.
 	keyDigest atomic.Pointer[[sha256.Size]byte]
-	dialer    *net.Dialer
-	client    *fasthttp.Client
+	exits     *exits
 	srv       *fasthttp.Server
 	secrets   *secretCache
 	endpoints *endpoints
@@ -189,12 +193,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg:       cfg,
 		deps:      deps,
 		secrets:   newSecretCache(deps.Secrets, deps.Clock),
-		endpoints: newEndpoints(deps.Selector.Runtime()),
+		endpoints: newEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
 	s.setKey(cfg.ClientKey)
-	s.dialer = newDialer(&cfg)
-	s.client = newUpstreamClient(&cfg, s.dialer)
+	s.exits = newExits(&s.cfg)
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,
@@ -269,7 +272,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// fasthttp has handed sockets over: each closes with 1001 once the
 	// response it is answering has ended.
 	err = errors.Join(err, s.sockets.shutdown(ctx))
-	s.client.CloseIdleConnections()
+	s.exits.closeIdle()
 	return err
 }
 

@@ -63,14 +63,15 @@ func (n *noSockets) add(ep string) {
 // endpoint does not take sockets: r then goes over HTTP.
 func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (ans *answer, f *failure, ok bool) {
 	base := ad.base(a.BaseURL)
-	endpoint := s.endpoints.forBase(base)
+	w := s.endpoints.way(base, a.ProxyURL)
+	endpoint := w.endpoint
 	if s.noSockets.has(endpoint) {
 		return nil, nil, false
 	}
 	sk := r.socket
 	if sk.up == nil || sk.up.accountID != a.ID {
 		sk.dropUpstream()
-		up, f, refused := s.dialUpstream(r, ad, a, sec, base, endpoint)
+		up, f, refused := s.dialUpstream(r, ad, a, sec, base, &w)
 		if refused {
 			s.noSockets.add(endpoint)
 			s.deps.Log.Info().Str("endpoint", endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
@@ -121,7 +122,12 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 // request would carry. refused reports an endpoint that answered the
 // upgrade as an HTTP server without sockets would (any status but 101
 // below 400, or 404, 405, 426, 501).
-func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base, endpoint string) (up *upstreamSocket, f *failure, refused bool) {
+func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (up *upstreamSocket, f *failure, refused bool) {
+	endpoint := w.endpoint
+	rt, err := s.exits.of(w, sec)
+	if err != nil {
+		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}, false
+	}
 	h := http.Header{}
 	hop := r.header.Peek("Connection")
 	for k, v := range r.header.All() {
@@ -132,7 +138,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	h.Set("OpenAI-Beta", socketBeta)
 	d := websocket.Dialer{
-		NetDial:           func(network, addr string) (net.Conn, error) { return dialAside(s.dialer, addr) },
+		NetDial:           func(_, addr string) (net.Conn, error) { return rt.dial(addr) },
 		HandshakeTimeout:  s.cfg.ConnectTimeout,
 		EnableCompression: true,
 	}

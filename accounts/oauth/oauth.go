@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
@@ -56,6 +57,25 @@ func NewClient(base string) *Client {
 		base = DefaultBase
 	}
 	return &Client{Base: strings.TrimRight(base, "/"), HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// Through returns a copy of c whose requests go through the proxy that
+// rule picks for them (nil: straight, whatever the process environment
+// says): an account's own proxy, or the environment's rule read through
+// rotor's getenv (SPEC §11). The copy keeps no idle connection, since it
+// serves one sign-in or one refresh.
+func (c *Client) Through(rule netproxy.Func) *Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = func(r *http.Request) (*url.URL, error) {
+		if rule == nil {
+			return nil, nil
+		}
+		return rule(r.URL)
+	}
+	t.DisableKeepAlives = true
+	through := *c
+	through.HTTP = &http.Client{Timeout: c.HTTP.Timeout, Transport: t}
+	return &through
 }
 
 // PKCE is a verifier and its S256 challenge.

@@ -9,6 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
@@ -37,6 +38,10 @@ type Refresher struct {
 	// Clock tells the time: rotor's one clock, so a test that moves it
 	// moves token expiry with everything else.
 	Clock clock.Clock
+	// EnvProxy is the environment's proxy rule (netproxy.FromEnv; nil:
+	// none). An account's own proxy wins over it, so the refresh goes out
+	// the same way as the account's requests.
+	EnvProxy netproxy.Func
 	// LinkError is told when a linked Codex auth.json could not be read
 	// or written back (may be nil). The refresh itself still counts.
 	LinkError func(a accounts.Account, err error)
@@ -64,7 +69,11 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 	if cur.RefreshToken == "" {
 		return secrets.Secret{}, rerr.AuthRefreshFailed(false, fmt.Errorf("account %s has no refresh token", a.Label))
 	}
-	t, err := r.Client.Refresh(ctx, cur.RefreshToken)
+	own, err := netproxy.Join(a.ProxyURL, cur.ProxyPassword)
+	if err != nil {
+		return secrets.Secret{}, rerr.AuthRefreshFailed(true, err)
+	}
+	t, err := r.Client.Through(netproxy.Choose(own, r.EnvProxy)).Refresh(ctx, cur.RefreshToken)
 	if err != nil {
 		if !rerr.IsRetryable(err) && r.Flag != nil {
 			r.Flag(a.ID, accounts.FlagTokenInvalid)
@@ -75,6 +84,7 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 	if next.IDToken == "" {
 		next.IDToken = cur.IDToken
 	}
+	next.ProxyPassword = cur.ProxyPassword // the account's proxy is not the token endpoint's to change
 	if err := r.Secrets.Set(a.ID, next); err != nil {
 		// The old refresh token is spent: losing the new one would lock
 		// the account out, so this is not retryable silently.
@@ -107,7 +117,8 @@ func (r *Refresher) adoptCodex(a accounts.Account, cur secrets.Secret) (secrets.
 	case !a.SameLogin(id): // the file now holds another login: doctor says so
 	case !cur.ExpiresAt.IsZero() && id.ExpiresAt.Before(cur.ExpiresAt): // older than ours
 	default:
-		s := secrets.Secret{AccessToken: ct.AccessToken, RefreshToken: ct.RefreshToken, IDToken: ct.IDToken, ExpiresAt: id.ExpiresAt}
+		s := secrets.Secret{AccessToken: ct.AccessToken, RefreshToken: ct.RefreshToken, IDToken: ct.IDToken, ExpiresAt: id.ExpiresAt,
+			ProxyPassword: cur.ProxyPassword}
 		if err := r.Secrets.Set(a.ID, s); err != nil {
 			r.linkError(a, err)
 			return secrets.Secret{}, false

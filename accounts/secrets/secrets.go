@@ -30,6 +30,9 @@ type Secret struct {
 	RefreshToken string    `json:"refresh_token,omitempty"`
 	IDToken      string    `json:"id_token,omitempty"`
 	ExpiresAt    time.Time `json:"expires_at,omitzero"` // access-token expiry when known
+	// ProxyPassword is the password of the account's own proxy (SPEC
+	// §11), whose URL without it is the account's proxy_url.
+	ProxyPassword string `json:"proxy_password,omitempty"`
 }
 
 // String reports which fields are set, never their values.
@@ -44,8 +47,8 @@ func (s Secret) String() string {
 	if !s.ExpiresAt.IsZero() {
 		exp = s.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("Secret{api_key:%s access_token:%s refresh_token:%s id_token:%s expires_at:%s}",
-		mark(s.APIKey), mark(s.AccessToken), mark(s.RefreshToken), mark(s.IDToken), exp)
+	return fmt.Sprintf("Secret{api_key:%s access_token:%s refresh_token:%s id_token:%s expires_at:%s proxy_password:%s}",
+		mark(s.APIKey), mark(s.AccessToken), mark(s.RefreshToken), mark(s.IDToken), exp, mark(s.ProxyPassword))
 }
 
 // GoString is the redacted form for %#v, which would otherwise print every

@@ -22,6 +22,7 @@ func cmdAddKey(a *app, args []string) error {
 	label := fs.String("label", "", "name the account `L`")
 	base := fs.String("base-url", "", "an OpenAI-compatible base `URL` (default $ROTOR_OPENAI_BASE_URL, else https://api.openai.com/v1)")
 	update := fs.Bool("update", false, "when the key is already in the pool, update that account's label and base URL")
+	proxy := fs.String("proxy", "", proxyFlagHelp)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -36,6 +37,10 @@ func cmdAddKey(a *app, args []string) error {
 		}
 		*base = strings.TrimRight(*base, "/")
 	}
+	proxyURL, err := a.proxyArg(*proxy)
+	if err != nil {
+		return err
+	}
 	key, err := a.readKey()
 	if err != nil {
 		return err
@@ -48,12 +53,12 @@ func cmdAddKey(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if !created {
-		fmt.Fprintf(a.stdout, "Updated API-key account %d (%s).\n", idx, acct.Label)
-		return nil
+	verb := "Updated"
+	if created {
+		verb = "Added"
 	}
-	fmt.Fprintf(a.stdout, "Added API-key account %d (%s).\n", idx, acct.Label)
-	return nil
+	fmt.Fprintf(a.stdout, "%s API-key account %d (%s).\n", verb, idx, acct.Label)
+	return a.giveProxy(st, sec, acct.ID, proxyURL)
 }
 
 // readKey reads an API key: on a terminal from a prompt that does not echo
@@ -93,12 +98,17 @@ func cmdImport(a *app, args []string) error {
 	file := fs.String("file", "", "read the Codex login from `PATH` (default $CODEX_HOME/auth.json, else ~/.codex/auth.json)")
 	label := fs.String("label", "", "name the account `L` (default its email)")
 	unlink := fs.Bool("unlink", false, "do not keep the account linked to the file (rotor then never reads or writes it again)")
+	proxy := fs.String("proxy", "", proxyFlagHelp)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || pos[0] != "codex" {
 		return rerr.Validation("source", "Usage: rotor "+commands[a.name].usage)
+	}
+	proxyURL, err := a.proxyArg(*proxy)
+	if err != nil {
+		return err
 	}
 	path := *file
 	if path == "" {
@@ -134,7 +144,7 @@ func cmdImport(a *app, args []string) error {
 	if link != "" {
 		fmt.Fprintf(a.stdout, "Linked to that file: rotor and Codex CLI share one refresh (\"rotor unlink %d\" stops it).\n", idx)
 	}
-	return nil
+	return a.giveProxy(st, sec, acct.ID, proxyURL)
 }
 
 // indexArg reads the single <index> argument of remove/enable/disable/switch.
@@ -280,6 +290,8 @@ type listAccount struct {
 	Pinned        bool    `json:"pinned"`
 	State         string  `json:"state"`
 	Until         *string `json:"until"`
+	// ProxyURL is the account's own proxy as stored: never its password.
+	ProxyURL string `json:"proxy_url,omitempty"`
 }
 
 func cmdList(a *app, args []string) error {
@@ -306,6 +318,7 @@ func cmdList(a *app, args []string) error {
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
 				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
 				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: view.TimeOrNil(r.Until),
+				ProxyURL: r.Account.ProxyURL,
 			})
 		}
 		return a.exportJSON("status", out)

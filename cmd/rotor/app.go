@@ -232,10 +232,10 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 }
 
 // adapters are the account kinds' adapters over this run's upstream bases
-// (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL).
+// (ROTOR_CHATGPT_BASE_URL, ROTOR_OPENAI_BASE_URL) and its proxy rule.
 func (a *app) adapters() *proxy.Adapters {
 	return proxy.NewAdapters(strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
-		strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"))
+		strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/")).WithEnvProxy(a.envProxy())
 }
 
 // warnExposedSecrets writes one warning line when secrets.json in dir can

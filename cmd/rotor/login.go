@@ -19,10 +19,15 @@ func cmdLogin(a *app, args []string) error {
 	device := fs.Bool("device", false, "sign in with a device code (for machines without a browser)")
 	noBrowser := fs.Bool("no-browser", false, "print the sign-in URL and read the redirect URL you paste back")
 	label := fs.String("label", "", "name the account `L` (default its email)")
+	proxy := fs.String("proxy", "", proxyFlagHelp)
 	if pos, err := a.parse(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor login [--device] [--no-browser] [--label L]")
+		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor "+commands["login"].usage)
+	}
+	proxyURL, err := a.proxyArg(*proxy)
+	if err != nil {
+		return err
 	}
 	st, sec, err := a.storeAndSecrets()
 	if err != nil {
@@ -31,7 +36,7 @@ func cmdLogin(a *app, args []string) error {
 	if _, err := st.Load(); err != nil {
 		return err // fail before the user signs in, not after
 	}
-	client := oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL"))
+	client := a.signInClient(proxyURL)
 	ctx, cancel := context.WithTimeout(context.Background(), oauth.DefaultTimeout)
 	defer cancel()
 	var t oauth.Tokens
@@ -50,11 +55,12 @@ func cmdLogin(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.saveLogin(st, sec, t, *label)
+	return a.saveLogin(st, sec, t, *label, proxyURL)
 }
 
-// saveLogin adds or updates the account a sign-in produced.
-func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, label string) error {
+// saveLogin adds or updates the account a sign-in produced, with its own
+// proxy when proxyURL is not "".
+func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, label, proxyURL string) error {
 	id := t.Identity()
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
@@ -69,7 +75,7 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 		verb = "Added"
 	}
 	fmt.Fprintf(a.stdout, "%s ChatGPT account %d (%s, plan %s).\n", verb, idx, orDash(acct.Email), orDash(acct.PlanType))
-	return nil
+	return a.giveProxy(st, sec, acct.ID, proxyURL)
 }
 
 // openBrowser asks the desktop to open u; it fails on machines without one,
@@ -120,9 +126,10 @@ func (a *app) lookPath(name string) (string, error) {
 // that change itself.
 func newRefresher(a *app, dir string, sec secrets.Store, flag func(id, reason string) error) *oauth.Refresher {
 	return &oauth.Refresher{
-		Client:  oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL")),
-		Secrets: sec,
-		Dir:     dir,
+		Client:   oauth.NewClient(a.getenv("ROTOR_AUTH_BASE_URL")),
+		EnvProxy: a.envProxy(),
+		Secrets:  sec,
+		Dir:      dir,
 		LinkError: func(acct accounts.Account, err error) {
 			fmt.Fprintf(a.stderr, "rotor: warning: account %s: its linked Codex CLI login %s: %v\n", acct.Label, acct.CodexAuthFile, err)
 		},

@@ -254,6 +254,7 @@ func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Lo
 		ResponseTimeout: o.respTimeout,
 		ChatGPTBase:     strings.TrimRight(a.getenv("ROTOR_CHATGPT_BASE_URL"), "/"),
 		OpenAIBase:      strings.TrimRight(a.getenv("ROTOR_OPENAI_BASE_URL"), "/"),
+		EnvProxy:        a.envProxy(),
 	}, deps)
 	return srv, pages, err
 }
