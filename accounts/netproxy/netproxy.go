@@ -37,6 +37,28 @@ func FromEnv(getenv func(string) string) Func {
 	return cfg.ProxyFunc()
 }
 
+// EnvProblems checks the proxy variables getenv reads as FromEnv uses
+// them, and returns one error per variable that cannot be used: httpproxy
+// skips such a proxy and connects straight, which a user behind a proxy
+// should hear about at start rather than find out from a timeout. The
+// errors name the variable, never its value, which may carry a password.
+func EnvProblems(getenv func(string) string) []error {
+	var out []error
+	for _, name := range []string{"HTTPS_PROXY", "HTTP_PROXY"} {
+		v := envOf(getenv, name)
+		if v == "" {
+			continue
+		}
+		if !strings.Contains(v, "://") {
+			v = "http://" + v // as httpproxy reads a bare host:port
+		}
+		if _, err := Parse(v); err != nil {
+			out = append(out, fmt.Errorf("%s is set but cannot be used (%v): rotor connects straight", name, err))
+		}
+	}
+	return out
+}
+
 func envOf(getenv func(string) string, upper string) string {
 	if v := getenv(upper); v != "" {
 		return v

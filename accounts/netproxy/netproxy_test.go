@@ -54,3 +54,15 @@ func TestFromEnvFollowsGosRules(t *testing.T) {
 		t.Error("no proxy set, yet a rule")
 	}
 }
+
+// A proxy variable that cannot be used is named, without its value.
+func TestEnvProblemsNameTheVariableNotTheValue(t *testing.T) {
+	env := map[string]string{"HTTPS_PROXY": "http://user:s3cret@proxy.corp", "http_proxy": "proxy.corp:3128"}
+	errs := EnvProblems(func(k string) string { return env[k] })
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "HTTPS_PROXY") || strings.Contains(errs[0].Error(), "s3cret") {
+		t.Fatalf("problems %v, want one naming HTTPS_PROXY (no port) and not its password", errs)
+	}
+	if errs := EnvProblems(func(string) string { return "" }); len(errs) != 0 {
+		t.Errorf("no proxy set: %v", errs)
+	}
+}

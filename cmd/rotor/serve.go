@@ -25,6 +25,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
@@ -141,6 +142,9 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		h.usage.Close()
 		return nil, listenErr(err, st.Dir(), o.host, o.port)
+	}
+	for _, err := range netproxy.EnvProblems(a.getenv) {
+		log.Warn().Err(err).Msg("outbound proxy ignored")
 	}
 	if !slices.ContainsFunc(h.pool.Accounts, func(a accounts.Account) bool { return a.Enabled }) {
 		log.Warn().Msg(`no enabled account: requests get 503 until you add one ("rotor login", "rotor import codex" or "rotor add-key")`)
