@@ -20,6 +20,7 @@ import (
 // whichever way it came in, ends in finish.
 func (s *Server) serve(w responder, r *request) {
 	r.start, r.counted = s.deps.Clock.Now(), true
+	s.metrics.started()
 	defer r.free()
 	if spec := r.read(s.cfg.MaxBody); spec != nil {
 		s.refuse(w, r, *spec, nil)
@@ -320,6 +321,7 @@ func (s *Server) finish(r *request, e ending) {
 		s.deps.Usage.Append(usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
 			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds()})
 	}
+	s.metrics.finished(r, &e, id, index, dur)
 	ev := s.deps.Log.Info()
 	if e.warn {
 		ev = s.deps.Log.Warn()
