@@ -319,7 +319,8 @@ func (s *Server) finish(r *request, e ending) {
 	}
 	if r.counted && s.deps.Usage != nil {
 		s.deps.Usage.Append(usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
-			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds()})
+			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
+			Affinity: affinityOf(r, e.choice)})
 	}
 	s.metrics.finished(r, &e, id, index, dur)
 	ev := s.deps.Log.Info()
@@ -351,6 +352,21 @@ func (s *Server) finish(r *request, e ending) {
 		ev = ev.Int64("input_tokens", e.tokens.Input).Int64("output_tokens", e.tokens.Output)
 	}
 	ev.Msg("request")
+}
+
+// affinityOf is what session affinity did for r, answered by the account
+// of ch (nil: none answered), for its usage record: whether it kept the
+// conversation on its account, where the prompt cache is, or moved it.
+func affinityOf(r *request, ch *rotation.Choice) string {
+	switch {
+	case ch == nil || r.affinityKey == "" || ch.PinSource != "":
+		return ""
+	case ch.Why == rotation.WhyAffinity:
+		return usage.AffinityKept
+	case ch.Moved:
+		return usage.AffinityMoved
+	}
+	return usage.AffinityNew
 }
 
 // refuse answers r with a rotor-made error and finishes it.
