@@ -20,6 +20,7 @@ import (
 // whichever way it came in, ends in finish.
 func (s *Server) serve(w responder, r *request) {
 	r.start, r.counted = s.deps.Clock.Now(), true
+	s.metrics.started()
 	defer r.free()
 	if spec := r.read(s.cfg.MaxBody); spec != nil {
 		s.refuse(w, r, *spec, nil)
@@ -325,8 +326,10 @@ func (s *Server) finish(r *request, e ending) {
 	}
 	if r.counted && s.deps.Usage != nil {
 		s.deps.Usage.Append(usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
-			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds()})
+			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
+			Affinity: affinityOf(r, e.choice)})
 	}
+	s.metrics.finished(r, &e, id, index, dur)
 	ev := s.deps.Log.Info()
 	if e.warn {
 		ev = s.deps.Log.Warn()
@@ -356,6 +359,21 @@ func (s *Server) finish(r *request, e ending) {
 		ev = ev.Int64("input_tokens", e.tokens.Input).Int64("output_tokens", e.tokens.Output)
 	}
 	ev.Msg("request")
+}
+
+// affinityOf is what session affinity did for r, answered by the account
+// of ch (nil: none answered), for its usage record: whether it kept the
+// conversation on its account, where the prompt cache is, or moved it.
+func affinityOf(r *request, ch *rotation.Choice) string {
+	switch {
+	case ch == nil || r.affinityKey == "" || ch.PinSource != "":
+		return ""
+	case ch.Why == rotation.WhyAffinity:
+		return usage.AffinityKept
+	case ch.Moved:
+		return usage.AffinityMoved
+	}
+	return usage.AffinityNew
 }
 
 // refuse answers r with a rotor-made error and finishes it.

@@ -31,6 +31,8 @@ const (
 	opHealth // answered by rotor itself, never forwarded
 	// Codex's usage limits, also answered by rotor itself (usagelimits.go).
 	opUsageLimits
+	// The metrics, answered by rotor itself (exposition.go).
+	opMetrics
 	opCount
 )
 
@@ -55,10 +57,11 @@ var routes = map[string]route{
 	// when chatgpt_base_url contains /backend-api, the second otherwise.
 	"/backend-api/wham/usage": {fasthttp.MethodGet, opUsageLimits},
 	"/api/codex/usage":        {fasthttp.MethodGet, opUsageLimits},
+	metricsPath:               {fasthttp.MethodGet, opMetrics},
 }
 
 // surface is the list of routes a 404 names.
-const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models, GET /healthz and GET /backend-api/wham/usage (also /api/codex/usage)"
+const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models, GET /healthz, GET /backend-api/wham/usage (also /api/codex/usage) and GET /metrics"
 
 // newRequestID returns an id for logs and payloads. It needs to be unique,
 // not secret, so a fast PRNG does.
@@ -94,7 +97,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	page := s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path())
-	if code := s.guard(&ctx.Request.Header, page); code != "" {
+	code := s.guard(&ctx.Request.Header, page)
+	if code == rerr.ProxyUnauthorized && s.dashboardSession(ctx) {
+		code = "" // the metrics, seen from the dashboard's session
+	}
+	if code != "" {
 		// A stranger's upload is never read: the connection ends after
 		// the answer, unless there was nothing to read.
 		s.refuse(w, r, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
@@ -123,6 +130,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if rt.op == opUsageLimits {
 		s.answerUsageLimits(ctx)
+		return
+	}
+	if rt.op == opMetrics {
+		s.answerMetrics(ctx)
 		return
 	}
 	body, release, spec := s.readBody(ctx)
@@ -259,6 +270,14 @@ func (s *Server) guard(h *fasthttp.RequestHeader, page bool) string {
 		return rerr.ProxyUnauthorized
 	}
 	return ""
+}
+
+// dashboardSession reports whether a request for the metrics, the one
+// path outside the dashboard that takes its cookie in place of the client
+// key (SPEC §12), carries a live session. The guard's Host and Origin
+// checks still apply: a GET, like the dashboard's own JSON.
+func (s *Server) dashboardSession(ctx *fasthttp.RequestCtx) bool {
+	return s.deps.Pages != nil && string(ctx.Path()) == metricsPath && s.deps.Pages.Session(ctx)
 }
 
 // authorized compares the presented key with the client key in constant

@@ -84,6 +84,10 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 			func(code, message string) []byte { return streamError(r.id, code, message) })
 		n = -1
 	}
+	if !rl.isJSON && !rl.assembled && sseAnswer(resp) {
+		r.streaming = true
+		s.metrics.streamOpened()
+	}
 	w.commit(rl.status, &resp.Header, rl, n)
 }
 

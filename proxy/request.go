@@ -86,6 +86,9 @@ type request struct {
 	// counted: the request was read, so its end is a usage record (a
 	// refusal before that, by the guard or the route, is only logged).
 	counted bool
+	// streaming: its answer is being relayed as a stream, counted in the
+	// open streams until finish.
+	streaming bool
 }
 
 // read fills in what rotor needs from the body, decoded first when it is

@@ -160,6 +160,9 @@ type Pages interface {
 	Owns(path []byte) bool
 	// ServePage answers a request for one of its paths.
 	ServePage(ctx *fasthttp.RequestCtx)
+	// Session reports whether ctx carries a live dashboard session: the
+	// page's own paths take it, and so does /metrics in place of the key.
+	Session(ctx *fasthttp.RequestCtx) bool
 }
 
 // Server is a running proxy.
@@ -178,6 +181,7 @@ type Server struct {
 	sockets   socketSet
 	quiet     quietConns
 	noSockets noSockets // endpoints that refused a WebSocket upgrade
+	metrics   *metrics
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -196,6 +200,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		endpoints: newEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
+	s.metrics = newMetrics(deps.Selector, &s.sockets)
 	s.setKey(cfg.ClientKey)
 	s.exits = newExits(&s.cfg)
 	s.srv = &fasthttp.Server{

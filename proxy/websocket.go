@@ -263,6 +263,13 @@ func (ss *socketSet) add(sk *socket) bool {
 	return true
 }
 
+// count is how many sockets are open, for the metrics.
+func (ss *socketSet) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.open)
+}
+
 func (ss *socketSet) remove(sk *socket) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

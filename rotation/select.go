@@ -153,6 +153,10 @@ type Choice struct {
 	Why     string
 	// PinSource is "process" or "manual" when a pin chose the account.
 	PinSource string
+	// Moved: the request's affinity key was bound to another account,
+	// which could not take it, so the conversation left its account (and
+	// the prompt cache there).
+	Moved bool
 }
 
 // Refusal explains why no account can serve.
@@ -200,12 +204,14 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 	if id, src, why, ok := s.pinOf(v); ok {
 		return s.pickPinned(v, req, now, id, src, why, false)
 	}
+	moved := false
 	if req.AffinityKey != "" {
 		if id, ok := s.affinity.Get(req.AffinityKey); ok {
 			if i := v.indexOf(id); i > 0 && !req.attempted(id) &&
 				skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" && req.skipped(&v.pool.Accounts[i-1]) == "" {
 				return s.take(v, i, now, WhyAffinity, ""), nil
 			}
+			moved = true
 		}
 	}
 	if i, deferred := best(v, req, now); i > 0 {
@@ -213,7 +219,9 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 		if deferred {
 			why = WhyDeferred
 		}
-		return s.take(v, i, now, why, ""), nil
+		ch := s.take(v, i, now, why, "")
+		ch.Moved = moved
+		return ch, nil
 	}
 	return Choice{}, s.refuse(v, req, now)
 }

@@ -269,6 +269,18 @@ func TestDashboardOnTheWire(t *testing.T) {
 		}
 	}
 
+	// The metrics take the cookie in place of the key (SPEC §12), under the
+	// same Host and Origin checks.
+	if resp, body := d.do(t, wireReq{path: "/metrics", cookie: cookie}); resp.StatusCode != 200 || !strings.Contains(body, "rotor_requests_total") {
+		t.Errorf("GET /metrics with the cookie: %d %.200s", resp.StatusCode, body)
+	}
+	if resp, _ := d.do(t, wireReq{path: "/metrics", cookie: cookie, origin: "http://evil.example"}); resp.StatusCode != 403 {
+		t.Errorf("GET /metrics with the cookie from a foreign Origin: %d", resp.StatusCode)
+	}
+	if resp, _ := d.do(t, wireReq{path: "/metrics", cookie: "rotor_dashboard_" + port + "=forged"}); resp.StatusCode != 401 {
+		t.Errorf("GET /metrics with a forged cookie: %d", resp.StatusCode)
+	}
+
 	// Buttons: the cookie and this serve's own Origin, both.
 	pin := wireReq{method: "POST", path: "/dashboard/pin", body: `{"index":2}`}
 	for _, r := range []wireReq{

@@ -26,11 +26,24 @@ type usageCounts struct {
 	ErrorsByCode map[string]int64 `json:"errors_by_code"`
 	ByStatus     map[string]int64 `json:"by_status"`
 	Tokens       usage.Tokens     `json:"tokens"`
+	// CacheHitRate is cached ÷ input tokens, null without input (SPEC §12).
+	CacheHitRate *float64       `json:"cache_hit_rate"`
+	Affinity     affinityCounts `json:"affinity"`
+}
+
+// affinityCounts are the requests session affinity kept on their
+// conversation's account and those it moved to another.
+type affinityCounts struct {
+	Kept  int64 `json:"kept"`
+	Moved int64 `json:"moved"`
 }
 
 func toUsageCounts(c *usage.Counts) usageCounts {
 	out := usageCounts{Requests: c.Requests, Errors: c.Errors, ErrorsByCode: map[string]int64{},
-		ByStatus: map[string]int64{}, Tokens: c.Tokens}
+		ByStatus: map[string]int64{}, Tokens: c.Tokens, Affinity: affinityCounts{c.AffinityKept, c.AffinityMoved}}
+	if rate, ok := c.Tokens.CacheHitRate(); ok {
+		out.CacheHitRate = &rate
+	}
 	for k, v := range c.ErrorsByCode {
 		out.ErrorsByCode[k] = v
 	}
@@ -246,11 +259,22 @@ func indexList(xs []int) string {
 }
 
 // usageCols are the columns of every usage table, after its first.
-const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tOUTPUT\tREASONING"
+const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tCACHE HIT\tOUTPUT\tREASONING\tAFFINITY KEPT/MOVED"
 
 func usageRow(c *usage.Counts) string {
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", diagCount(c.Requests), diagCount(c.Errors), diagCount(c.Tokens.Input),
-		diagCount(c.Tokens.Cached), diagCount(c.Tokens.Output), diagCount(c.Tokens.Reasoning))
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s", diagCount(c.Requests), diagCount(c.Errors), diagCount(c.Tokens.Input),
+		diagCount(c.Tokens.Cached), hitRate(&c.Tokens), diagCount(c.Tokens.Output), diagCount(c.Tokens.Reasoning),
+		diagCount(c.AffinityKept), diagCount(c.AffinityMoved))
+}
+
+// hitRate is the prompt cache's hit rate as a percentage, "-" without
+// input.
+func hitRate(t *usage.Tokens) string {
+	rate, ok := t.CacheHitRate()
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*rate)
 }
 
 // printUsage writes the totals per window, then, for each window with

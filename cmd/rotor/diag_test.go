@@ -374,9 +374,9 @@ func TestDiagReportCommand(t *testing.T) {
 	now := time.Now().UTC()
 	tok := &usage.Tokens{Input: 1200, Cached: 1000, Output: 300, Reasoning: 100, Total: 1500}
 	for _, u := range []usage.Record{
-		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok},
+		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok, Affinity: usage.AffinityKept},
 		{Time: now.Add(-20 * time.Minute), AccountID: p.Accounts[1].ID, Model: "gpt-5-mini", Status: 200, Code: "stream_interrupted"},
-		{Time: now.Add(-5 * time.Hour), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok},
+		{Time: now.Add(-5 * time.Hour), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok, Affinity: usage.AffinityMoved},
 		{Time: now.Add(-2 * 24 * time.Hour), AccountID: "acct_removed", Model: "gpt-5", Status: 502},
 	} {
 		log.Append(u)
@@ -406,6 +406,15 @@ func TestDiagReportCommand(t *testing.T) {
 		diagField(t, v, "usage", "windows", "24h", "by_model", 0, "requests") != 2.0 {
 		t.Errorf("24h by_model: %v", diagField(t, v, "usage", "windows", "24h", "by_model"))
 	}
+	// The prompt cache's hit rate is cached ÷ input (SPEC §12), null
+	// without input; affinity counts what it kept and moved.
+	if diagField(t, hour, "by_account", 0, "cache_hit_rate") != 1000.0/1200 || diagField(t, hour, "by_account", 1, "cache_hit_rate") != nil ||
+		diagField(t, hour, "by_model", 0, "cache_hit_rate") != 1000.0/1200 {
+		t.Errorf("1h cache hit rates: %v", hour)
+	}
+	if a := diagField(t, v, "usage", "windows", "24h", "total", "affinity"); !maps.Equal(a.(map[string]any), map[string]any{"kept": 1.0, "moved": 1.0}) {
+		t.Errorf("24h affinity: %v", a)
+	}
 	week := diagField(t, v, "usage", "windows", "7d").(map[string]any)
 	last := diagField(t, week, "by_account", 2).(map[string]any)
 	if last["account_id"] != "acct_removed" || last["index"] != nil || diagField(t, week, "total", "errors_by_code", "http_502") != 1.0 {
@@ -416,7 +425,7 @@ func TestDiagReportCommand(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("report: %+v", r)
 	}
-	for _, want := range []string{"Store:", "FORECAST", "Last 1h:", "Last 7d:", "acct_removed (removed)", "stream_interrupted 1", "2400"} {
+	for _, want := range []string{"Store:", "FORECAST", "Last 1h:", "Last 7d:", "acct_removed (removed)", "stream_interrupted 1", "2400", "CACHE HIT", "83.3%", "AFFINITY KEPT/MOVED"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, r.stdout)
 		}

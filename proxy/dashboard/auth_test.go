@@ -64,15 +64,15 @@ func TestSetClientKeyEndsOldSessions(t *testing.T) {
 		ctx.Request.Header.SetCookie("rotor_dashboard_8787", mint(signKey, purposeSession, time.Now().Add(time.Hour)))
 		return &ctx
 	}
-	if !d.session(withCookie(key)) {
+	if !d.Session(withCookie(key)) {
 		t.Fatal("a cookie signed with the key is refused")
 	}
 	next := strings.Repeat("n", 64)
 	d.SetClientKey(next)
-	if d.session(withCookie(key)) {
+	if d.Session(withCookie(key)) {
 		t.Error("a cookie signed with the old key still works after the rotation")
 	}
-	if !d.session(withCookie(next)) {
+	if !d.Session(withCookie(next)) {
 		t.Error("a cookie signed with the new key is refused")
 	}
 	var login fasthttp.RequestCtx

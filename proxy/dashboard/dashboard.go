@@ -121,7 +121,7 @@ func (d *Dashboard) ServePage(ctx *fasthttp.RequestCtx) {
 		d.login(ctx)
 		return
 	}
-	if !d.session(ctx) {
+	if !d.Session(ctx) {
 		d.unauthorized(ctx, "No dashboard session. Run \"rotor dashboard\" for a login link (add --open to open it).")
 		return
 	}
@@ -198,7 +198,10 @@ func (d *Dashboard) login(ctx *fasthttp.RequestCtx) {
 	d.cfg.Log.Info().Msg("dashboard login")
 }
 
-func (d *Dashboard) session(ctx *fasthttp.RequestCtx) bool {
+// Session reports whether ctx carries a live session cookie of this
+// serve: every dashboard path but /login needs one, and the proxy lets
+// /metrics take it in place of the client key.
+func (d *Dashboard) Session(ctx *fasthttp.RequestCtx) bool {
 	_, _, ok := check(d.clientKey(), purposeSession, string(ctx.Request.Header.Cookie(cookieName(ctx))), d.cfg.Clock.Now())
 	return ok
 }

@@ -29,6 +29,25 @@ func (t *Tokens) Add(o Tokens) {
 	t.Total += o.Total
 }
 
+// CacheHitRate is the share of input tokens the prompt cache served
+// (cached ÷ input); ok is false when there was no input to share.
+func (t *Tokens) CacheHitRate() (rate float64, ok bool) {
+	if t.Input <= 0 {
+		return 0, false
+	}
+	return float64(t.Cached) / float64(t.Input), true
+}
+
+// What session affinity did for a request that names a conversation
+// (Record.Affinity): kept it on the account bound to it, moved it to
+// another because that one could not serve, or bound it for the first
+// time.
+const (
+	AffinityKept  = "kept"
+	AffinityMoved = "moved"
+	AffinityNew   = "new"
+)
+
 // Record is one line of usage.jsonl: a finished request.
 type Record struct {
 	Time      time.Time `json:"time"`
@@ -40,6 +59,10 @@ type Record struct {
 	Tokens    *Tokens   `json:"tokens,omitempty"`
 	TTFBMS    int64     `json:"ttfb_ms,omitempty"`
 	DurMS     int64     `json:"duration_ms"`
+	// Affinity is AffinityKept, AffinityMoved or AffinityNew for an
+	// answered request that names a conversation; empty otherwise (no
+	// conversation, a pin, or no account answered).
+	Affinity string `json:"affinity,omitempty"`
 }
 
 // AppendJSON appends u's line of usage.jsonl to b: the bytes
@@ -80,6 +103,10 @@ func (u *Record) AppendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"duration_ms":`...)
 	b = strconv.AppendInt(b, u.DurMS, 10)
+	if u.Affinity != "" {
+		b = append(b, `,"affinity":`...)
+		b = appendJSONString(b, u.Affinity)
+	}
 	return append(b, '}')
 }
 

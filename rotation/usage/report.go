@@ -24,6 +24,10 @@ type Counts struct {
 	ErrorsByCode map[string]int64
 	ByStatus     map[int]int64
 	Tokens       Tokens
+	// AffinityKept and AffinityMoved count the requests session affinity
+	// kept on their conversation's account and those it had to move.
+	AffinityKept  int64
+	AffinityMoved int64
 }
 
 func (c *Counts) add(u *Record) {
@@ -41,6 +45,12 @@ func (c *Counts) add(u *Record) {
 	}
 	if u.Tokens != nil {
 		c.Tokens.Add(*u.Tokens)
+	}
+	switch u.Affinity {
+	case AffinityKept:
+		c.AffinityKept++
+	case AffinityMoved:
+		c.AffinityMoved++
 	}
 }
 
