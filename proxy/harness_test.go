@@ -85,6 +85,18 @@ type envOption func(*Config)
 
 func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	t.Helper()
+	return newEnvWith(t, accts, peerConfig{seed: 1}, opts...)
+}
+
+// newEnvLogged is newEnv with the proxy's log written to w, set before it
+// serves (a logger swapped in later would race with the server).
+func newEnvLogged(t testing.TB, accts []acct, w io.Writer, opts ...envOption) *env {
+	t.Helper()
+	return newEnvWith(t, accts, peerConfig{seed: 1, log: w}, opts...)
+}
+
+func newEnvWith(t testing.TB, accts []acct, pc peerConfig, opts ...envOption) *env {
+	t.Helper()
 	up := upstreamtest.New("../testdata")
 	if err := up.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -120,7 +132,7 @@ func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startProxy(t, up, dir, peerConfig{seed: 1}, opts...)
+	return startProxy(t, up, dir, pc, opts...)
 }
 
 // startProxy starts a proxy on the ROTOR_HOME dir in front of up, wired as
@@ -158,7 +170,11 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 	}
 	sel.SetEndpointOf(NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase).WithEnvProxy(cfg.EnvProxy).Endpoint) // as serve wires it
 	live := followAliases(t, dir)
-	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: zerolog.Nop(),
+	log := zerolog.Nop()
+	if pc.log != nil {
+		log = zerolog.New(pc.log)
+	}
+	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: log,
 		Refresher: pc.refresher, Aliases: live}
 	srv, err := New(cfg, deps)
 	if err != nil {

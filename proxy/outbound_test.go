@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -319,9 +317,8 @@ func TestProxyRoutesKeepTheirOwnConnections(t *testing.T) {
 func TestProxyRefusingThePasswordIsTheRoutesFault(t *testing.T) {
 	t.Parallel()
 	fp := startForwardProxy(t, "u", "right-password")
-	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})
 	var logs syncBuffer
-	e.srv.deps.Log = zerolog.New(&logs)
+	e := newEnvLogged(t, []acct{{accounts.KindAPIKey, "a"}}, &logs)
 	e.setProxy(1, fp.url("wrong-password"))
 	r := e.do("POST", "/v1/responses", streamBody)
 	got := expectError(t, r, 503, rerr.PoolExhausted)

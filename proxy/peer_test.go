@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ type peerConfig struct {
 	clock     clock.Clock
 	seed      uint64
 	refresher Refresher
+	log       io.Writer // the proxy's log; nil: none
 }
 
 // peerOption configures a proxy started by env.peer.
