@@ -371,8 +371,8 @@ type Usage struct {
 	// minutes are the last hour's sums by minute, for the 1 h cache hit
 	// rate, which hourly buckets would only approximate.
 	minutes map[string]map[int64]*bucket
-	recent [recentRequests]usage.Record
-	n      int // records ever put in recent
+	recent  [recentRequests]usage.Record
+	n       int // records ever put in recent
 }
 
 // Tail is the usage log read incrementally: *usage.Tail.
