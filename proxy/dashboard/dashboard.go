@@ -368,8 +368,11 @@ type Usage struct {
 	mu     sync.Mutex
 	lookAt time.Time
 	hours  map[string]map[int64]*bucket // account id -> hour (Unix seconds) -> sums
-	recent [recentRequests]usage.Record
-	n      int // records ever put in recent
+	// minutes are the last hour's sums by minute, for the 1 h cache hit
+	// rate, which hourly buckets would only approximate.
+	minutes map[string]map[int64]*bucket
+	recent  [recentRequests]usage.Record
+	n       int // records ever put in recent
 }
 
 // Tail is the usage log read incrementally: *usage.Tail.
@@ -379,12 +382,12 @@ type Tail interface {
 
 type bucket struct {
 	requests int
-	tokens   int64
+	tokens   usage.Tokens
 }
 
 // NewUsage follows tail, reading it at most once per interval.
 func NewUsage(tail Tail, interval time.Duration) *Usage {
-	return &Usage{tail: tail, interval: interval, hours: map[string]map[int64]*bucket{}}
+	return &Usage{tail: tail, interval: interval, hours: map[string]map[int64]*bucket{}, minutes: map[string]map[int64]*bucket{}}
 }
 
 // UsageView is the usage part of a snapshot.
@@ -406,6 +409,24 @@ type AccountUsage struct {
 	DayTokens      []int64 `json:"day_tokens"`
 	TotalRequests  int     `json:"total_requests_24h"`
 	TotalTokens24h int64   `json:"total_tokens_24h"`
+	// CacheHit is the prompt cache's hit rate (cached ÷ input tokens,
+	// SPEC §12) over the last 1 h, 24 h and 7 d; null where no input was
+	// counted.
+	CacheHit CacheHit `json:"cache_hit"`
+}
+
+// CacheHit is a hit rate per window, each nil when nothing was sent.
+type CacheHit struct {
+	Hour *float64 `json:"1h"`
+	Day  *float64 `json:"24h"`
+	Week *float64 `json:"7d"`
+}
+
+func hitRate(t usage.Tokens) *float64 {
+	if r, ok := t.CacheHitRate(); ok {
+		return &r
+	}
+	return nil
 }
 
 // Recent is one of the last requests.
@@ -440,22 +461,7 @@ func (u *Usage) View(now time.Time, index map[string]int) UsageView {
 	u.update(now)
 	per := make([]*AccountUsage, len(index)+1)
 	for id, idx := range index {
-		a := &AccountUsage{Index: idx, HourRequests: make([]int, 24), HourTokens: make([]int64, 24),
-			DayRequests: make([]int, 7), DayTokens: make([]int64, 7)}
-		per[idx] = a
-		for h, b := range u.hours[id] {
-			at := time.Unix(h, 0)
-			if i := int(at.Sub(hour0) / time.Hour); i >= 0 && i < 24 {
-				a.HourRequests[i] += b.requests
-				a.HourTokens[i] += b.tokens
-				a.TotalRequests += b.requests
-				a.TotalTokens24h += b.tokens
-			}
-			if i := int(at.Sub(day0) / (24 * time.Hour)); i >= 0 && i < 7 {
-				a.DayRequests[i] += b.requests
-				a.DayTokens[i] += b.tokens
-			}
-		}
+		per[idx] = u.accountView(id, idx, now, hour0, day0)
 	}
 	for _, a := range per {
 		if a != nil {
@@ -470,6 +476,36 @@ func (u *Usage) View(now time.Time, index map[string]int) UsageView {
 	return v
 }
 
+// accountView sums account id's buckets into the 24 hours from hour0 and
+// the 7 days from day0. Callers hold mu.
+func (u *Usage) accountView(id string, idx int, now, hour0, day0 time.Time) *AccountUsage {
+	a := &AccountUsage{Index: idx, HourRequests: make([]int, 24), HourTokens: make([]int64, 24),
+		DayRequests: make([]int, 7), DayTokens: make([]int64, 7)}
+	var day, week, hour usage.Tokens
+	for h, b := range u.hours[id] {
+		at := time.Unix(h, 0)
+		if i := int(at.Sub(hour0) / time.Hour); i >= 0 && i < 24 {
+			a.HourRequests[i] += b.requests
+			a.HourTokens[i] += b.tokens.Total
+			a.TotalRequests += b.requests
+			a.TotalTokens24h += b.tokens.Total
+			day.Add(b.tokens)
+		}
+		if i := int(at.Sub(day0) / (24 * time.Hour)); i >= 0 && i < 7 {
+			a.DayRequests[i] += b.requests
+			a.DayTokens[i] += b.tokens.Total
+			week.Add(b.tokens)
+		}
+	}
+	for m, b := range u.minutes[id] {
+		if now.Sub(time.Unix(m, 0)) < time.Hour {
+			hour.Add(b.tokens)
+		}
+	}
+	a.CacheHit = CacheHit{Hour: hitRate(hour), Day: hitRate(day), Week: hitRate(week)}
+	return a
+}
+
 // update reads what the log gained, at most once per interval, and drops
 // the hours that fell out of the last 7 days. Callers hold mu.
 func (u *Usage) update(now time.Time) {
@@ -479,38 +515,52 @@ func (u *Usage) update(now time.Time) {
 	u.lookAt = now
 	since := now.Add(-7*24*time.Hour - time.Hour).Unix()
 	add := func(r usage.Record) {
-		h := r.Time.Truncate(time.Hour).Unix()
-		if h < since {
+		if r.Time.Unix() < since {
 			return
 		}
-		byHour := u.hours[r.AccountID]
-		if byHour == nil {
-			byHour = map[int64]*bucket{}
-			u.hours[r.AccountID] = byHour
-		}
-		b := byHour[h]
-		if b == nil {
-			b = &bucket{}
-			byHour[h] = b
-		}
-		b.requests++
-		if r.Tokens != nil {
-			b.tokens += r.Tokens.Total
+		addTo(u.hours, r.AccountID, r.Time.Truncate(time.Hour).Unix(), r)
+		if now.Sub(r.Time) < time.Hour {
+			addTo(u.minutes, r.AccountID, r.Time.Truncate(time.Minute).Unix(), r)
 		}
 		u.recent[u.n%recentRequests] = r
 		u.n++
 	}
 	// A reset means the log starts over (first read, or rotated): what
 	// was summed is read again, so it is dropped first.
-	u.tail.Read(func() { clear(u.hours); u.n = 0 }, add)
-	for id, byHour := range u.hours {
-		for h := range byHour {
-			if h < since {
-				delete(byHour, h)
+	u.tail.Read(func() { clear(u.hours); clear(u.minutes); u.n = 0 }, add)
+	dropBefore(u.hours, since)
+	dropBefore(u.minutes, now.Add(-time.Hour).Unix())
+}
+
+// addTo counts r in the bucket of account id that starts at start.
+func addTo(buckets map[string]map[int64]*bucket, id string, start int64, r usage.Record) {
+	byStart := buckets[id]
+	if byStart == nil {
+		byStart = map[int64]*bucket{}
+		buckets[id] = byStart
+	}
+	b := byStart[start]
+	if b == nil {
+		b = &bucket{}
+		byStart[start] = b
+	}
+	b.requests++
+	if r.Tokens != nil {
+		b.tokens.Add(*r.Tokens)
+	}
+}
+
+// dropBefore drops the buckets that start before since, and the accounts
+// left with none.
+func dropBefore(buckets map[string]map[int64]*bucket, since int64) {
+	for id, byStart := range buckets {
+		for start := range byStart {
+			if start < since {
+				delete(byStart, start)
 			}
 		}
-		if len(byHour) == 0 {
-			delete(u.hours, id)
+		if len(byStart) == 0 {
+			delete(buckets, id)
 		}
 	}
 }

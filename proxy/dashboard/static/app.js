@@ -101,6 +101,7 @@ function card(a) {
   if (a.until) row("Until", countdown(a.until, "in "));
   row("Health", String(a.health));
   row("Last used", el("span", { "data-ago": a.last_used || "" }, ago(a.last_used)));
+  row("Cache hit", cacheHit(a.index));
   c.append(dl);
   c.append(quota("Primary", a.quota && a.quota.primary), quota("Secondary", a.quota && a.quota.secondary));
   const buttons = el("div", { class: "actions" });
@@ -113,6 +114,15 @@ function card(a) {
   if (a.enabled) button("Disable", "disable"); else button("Enable", "enable");
   c.append(buttons);
   return c;
+}
+
+// cacheHit is the prompt cache's hit rate of account index (cached ÷ input
+// tokens) over 1 h, 24 h and 7 d; "-" where nothing was sent.
+function cacheHit(index) {
+  const u = snap.usage.accounts.find((x) => x.index === index);
+  const pct = (r) => (r === null || r === undefined ? "-" : Math.round(r * 100) + "%");
+  const h = (u && u.cache_hit) || {};
+  return `${pct(h["1h"])} 1h · ${pct(h["24h"])} 24h · ${pct(h["7d"])} 7d`;
 }
 
 function label(index) {
