@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/oauth"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -90,6 +91,7 @@ var doctorChecks = []struct {
 	{"flagged", checkFlagged},
 	{"pin", checkPin},
 	{"state", checkState},
+	{"aliases", checkAliases},
 	{"proxy", checkProxy},
 }
 
@@ -374,6 +376,28 @@ func checkState(r *doctorRun) []Check {
 		return []Check{{"state", StatusWarn, home.StateFile + " is damaged; commands read it as empty and \"rotor fix\" rewrites it"}}
 	}
 	return []Check{{"state", StatusOK, home.StateFile + " reads"}}
+}
+
+// checkAliases reports an aliases.json that cannot be read: running
+// serves keep the aliases they had, a new serve starts with none, and no
+// command overwrites it, so the user must mend it. Nothing when there is
+// no file.
+func checkAliases(r *doctorRun) []Check {
+	if _, err := os.Stat(filepath.Join(r.c.d.Dir, home.AliasesFile)); errors.Is(err, os.ErrNotExist) {
+		return nil // and Open would make a missing home
+	}
+	st, err := aliases.Open(r.c.d.Dir)
+	if err != nil {
+		return []Check{{"aliases", StatusWarn, err.Error()}}
+	}
+	list, err := st.Load()
+	switch {
+	case err != nil:
+		return []Check{{"aliases", StatusWarn, err.Error() + " Until then running serves keep the aliases they had, and a new one starts with none."}}
+	case list == nil:
+		return nil
+	}
+	return []Check{{"aliases", StatusOK, fmt.Sprintf("%d model alias(es)", len(list))}}
 }
 
 func checkDuplicates(r *doctorRun) []Check {

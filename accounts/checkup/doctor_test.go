@@ -93,6 +93,26 @@ func TestDoctorFindsEveryProblem(t *testing.T) {
 
 var secrets0 = secretsOf("sk-flagged")
 
+// A damaged aliases.json is named, with what it means and what mends it;
+// doctor changes nothing. A readable one is counted.
+func TestDoctorReadsTheAliases(t *testing.T) {
+	t.Parallel()
+	h := newTestHome(t)
+	h.write(hometest.APIKey("work", "sk-work"))
+	path := h.Path(home.AliasesFile)
+	os.WriteFile(path, []byte(`{"version":1,"aliases":[{"from":"gpt-4o","to":"gpt-5"}]}`), 0o600)
+	if c := check(h.checkup().Doctor(context.Background()), "aliases"); c.Status != checkup.StatusOK || !strings.Contains(c.Detail, "1 model alias") {
+		t.Errorf("readable aliases: %s %q", c.Status, c.Detail)
+	}
+	os.WriteFile(path, []byte(`{"version":1,"aliases":[{"from":`), 0o600)
+	before := h.Files()
+	c := check(h.checkup().Doctor(context.Background()), "aliases")
+	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, home.AliasesFile) || !strings.Contains(c.Detail, "remove it") || !strings.Contains(c.Detail, "keep the aliases they had") {
+		t.Errorf("damaged aliases: %s %q", c.Status, c.Detail)
+	}
+	h.SameAs(before)
+}
+
 func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)
