@@ -8,8 +8,9 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .PHONY: build release test lint bench bench-load soak demo e2e clean
 
+# Static, like the release archives: no C library mapped into every serve.
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rotor
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rotor
 
 # Release archives for every OS and architecture rotor ships to, with README,
 # LICENSE and checksums.txt, in dist/ (see cmd/rotor-release). Entries are

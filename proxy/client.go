@@ -107,13 +107,45 @@ func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *f
 	}
 }
 
-// dialAside connects on a goroutine of its own and waits for it. net's
-// dial path is deep, and on top of a request's it would grow the stack of
-// the goroutine serving the client from 8 to 16 KiB, which it then keeps
-// for as long as the connection lives, streams included: 8 KiB per open
-// stream. The dialing goroutine's stack is freed once it connects. (A TLS
-// handshake still runs on the caller: fasthttp does it after Dial.)
-func dialAside(dial func(network, addr string) (net.Conn, error), addr string) (net.Conn, error) {
+// maxDialing bounds the connects in flight at once. A burst of new
+// streams (a thousand clients arriving together) would otherwise start a
+// dialing goroutine for each, and every one of their stacks would stay
+// resident after the burst; more connects than this in parallel buy
+// nothing on a real network (a browser opens six per host).
+const maxDialing = 64
+
+// A connector opens upstream connections, each on a goroutine of its own
+// and at most maxDialing at once.
+type connector struct {
+	slots chan struct{}
+	wait  time.Duration // how long a connect may wait for a slot
+}
+
+func newConnector(wait time.Duration) *connector {
+	return &connector{slots: make(chan struct{}, maxDialing), wait: wait}
+}
+
+// dial connects to addr with dial on a goroutine of its own and waits for
+// it. net's dial path is deep, and on top of a request's it would grow the
+// stack of the goroutine serving the client from 8 to 16 KiB, which it
+// then keeps for as long as the connection lives, streams included: 8 KiB
+// per open stream. The dialing goroutine's stack is freed once it
+// connects. (A TLS handshake still runs on the caller: fasthttp does it
+// after Dial.) When maxDialing connects are in flight it waits up to
+// c.wait for one to end, then fails with errNoFreeConns: rotor's own
+// congestion, which blames no endpoint.
+func (c *connector) dial(dial func(network, addr string) (net.Conn, error), addr string) (net.Conn, error) {
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		t := time.NewTimer(c.wait)
+		select {
+		case c.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return nil, errNoFreeConns
+		}
+	}
 	type dialed struct {
 		conn net.Conn
 		err  error
@@ -121,6 +153,7 @@ func dialAside(dial func(network, addr string) (net.Conn, error), addr string) (
 	done := make(chan dialed, 1)
 	go func() {
 		conn, err := dial("tcp", addr)
+		<-c.slots
 		done <- dialed{conn, err}
 	}()
 	r := <-done

@@ -494,7 +494,7 @@ func TestPromptCacheKeyKeepsAConversationOnOneAccount(t *testing.T) {
 	}
 }
 
-// Every upstream connect runs on a goroutine of its own (dialAside); none
+// Every upstream connect runs on a goroutine of its own (connector.dial); none
 // is left behind. Not parallel: it counts the process's goroutines.
 func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})

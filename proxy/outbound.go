@@ -82,9 +82,10 @@ type exit struct {
 // connections by host within a client, so a connection through one proxy
 // (or none) is never handed to a request meant to go through another.
 type exits struct {
-	cfg    *Config
-	dialer *net.Dialer
-	direct exit
+	cfg       *Config
+	dialer    *net.Dialer
+	connector *connector // shared by every exit: it bounds connects in flight
+	direct    exit
 
 	mu  sync.Mutex
 	via map[string]*viaExit // by way.shown, at most maxProxies
@@ -102,8 +103,8 @@ type viaExit struct {
 const maxProxies = 64
 
 func newExits(cfg *Config) *exits {
-	rs := &exits{cfg: cfg, dialer: newDialer(cfg), via: map[string]*viaExit{}}
-	rs.direct.dial = func(addr string) (net.Conn, error) { return dialAside(rs.dialer.Dial, addr) }
+	rs := &exits{cfg: cfg, dialer: newDialer(cfg), connector: newConnector(cfg.ConnWait), via: map[string]*viaExit{}}
+	rs.direct.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(rs.dialer.Dial, addr) }
 	rs.direct.client = newUpstreamClient(cfg, rs.direct.dial)
 	return rs
 }
@@ -137,7 +138,7 @@ func (rs *exits) of(w *way, sec *secrets.Secret) (*exit, error) {
 	}
 	dial := viaProxy(rs.dialer, withPassword(p, password), rs.cfg.ConnectTimeout)
 	vr := &viaExit{password: password}
-	vr.dial = func(addr string) (net.Conn, error) { return dialAside(dial, addr) }
+	vr.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr) }
 	vr.client = newUpstreamClient(rs.cfg, vr.dial)
 	rs.via[w.shown] = vr
 	return &vr.exit, nil

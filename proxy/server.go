@@ -71,7 +71,8 @@ type Config struct {
 	// ConnectTimeout bounds dialing an upstream.
 	ConnectTimeout time.Duration
 	// MaxUpstreamConns caps the connections to one upstream host; a
-	// request that finds none free waits up to ConnWait.
+	// request that finds none free, or finds maxDialing connects already
+	// in flight, waits up to ConnWait.
 	MaxUpstreamConns int
 	ConnWait         time.Duration
 	// ChatGPTBase and OpenAIBase are the upstream bases of the two account

@@ -152,7 +152,8 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		return &upstreamSocket{conn: conn, accountID: a.ID}, nil, false
 	}
 	if resp == nil {
-		return nil, &failure{verdict: verdictUnreachable, err: &dialError{err}, endpoint: endpoint}, false
+		err = &dialError{err}
+		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, false
 	}
 	defer resp.Body.Close()
 	switch {
