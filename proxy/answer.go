@@ -31,18 +31,10 @@ const maxHeldBack = 256 << 10
 // the bytes read, to be sent first. When the stream instead fails before
 // any output (response.failed, or an error event), it returns the
 // failure's code: the attempt is then a failure like an HTTP error.
+// pending is read into a pooled buffer; releaseHeld returns it once it
+// is sent, or will not be.
 func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
-	// What is held back is usually a few hundred bytes that then wait for
-	// the whole stream: read into a pooled buffer, keep an exact copy.
-	pb := holdBackBufs.Get().(*[]byte)
-	buf := (*pb)[:0]
-	defer func() {
-		pending = bytes.Clone(pending)
-		if cap(buf) == holdBackBuf {
-			*pb = buf
-			holdBackBufs.Put(pb)
-		}
-	}()
+	buf := holdBackBufs.Get().(*[holdBackBuf]byte)[:0]
 	var sc sseScanner
 	done := false
 	sc.onEvent = func(e event) {
@@ -68,9 +60,21 @@ func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
 	return buf, failure, nil
 }
 
+// holdBackBuf is the pooled buffer a hold-back starts with: what is held
+// back is usually the stream's first few events, and a buffer is held
+// only until the relay's first read sends it on. One that had to grow is
+// left to the collector.
 const holdBackBuf = 4 << 10
 
-var holdBackBufs = sync.Pool{New: func() any { b := make([]byte, 0, holdBackBuf); return &b }}
+var holdBackBufs = sync.Pool{New: func() any { return new([holdBackBuf]byte) }}
+
+// releaseHeld returns pending, as holdBack returned it, to the pool; it
+// must not be used after.
+func releaseHeld(pending []byte) {
+	if cap(pending) == holdBackBuf {
+		holdBackBufs.Put((*[holdBackBuf]byte)(pending[:holdBackBuf]))
+	}
+}
 
 // assembler builds the one JSON object a non-streaming client expects
 // from the events of a whole Codex stream, keeping only what it needs.

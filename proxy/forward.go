@@ -132,7 +132,7 @@ func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *fai
 type answer struct {
 	resp       *fasthttp.Response // the caller owns it
 	answerForm answerForm
-	pending    []byte // stream bytes already read, to send first
+	pending    []byte // stream bytes already read, to send first (holdBack's buffer)
 	assembled  []byte // the one object built from a whole stream
 	ended      bool   // pending holds the whole stream
 }
@@ -286,6 +286,7 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 	if err == nil && fail == "" {
 		return ans, nil
 	}
+	releaseHeld(ans.pending)
 	closeStream(resp, errCut)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {

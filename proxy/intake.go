@@ -80,7 +80,12 @@ func newRequestID() string {
 // handle is the fasthttp handler, the HTTP way in: guard, route, read the
 // body, then the forward loop, which answers through an httpResponder.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	r := &request{id: newRequestID(), header: &ctx.Request.Header}
+	r := newHTTPRequest(&ctx.Request.Header)
+	defer func() {
+		if !r.handedOff {
+			r.release()
+		}
+	}()
 	w := httpResponder{ctx}
 	ctx.Response.Header.Set("x-request-id", r.id)
 	// fasthttp does not recover handler panics: one would end the process
@@ -90,8 +95,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		if v := recover(); v != nil {
 			s.deps.Log.Error().Str("request_id", r.id).Str("panic", fmt.Sprint(v)).
 				Bytes("stack", debug.Stack()).Msg("handler panic")
-			ctx.Response.Reset()
-			ctx.Response.Header.Set("x-request-id", r.id)
+			id, handedOff := r.id, r.handedOff
+			ctx.Response.Reset() // a committed answer's relay finishes, and releases, r here
+			ctx.Response.Header.Set("x-request-id", id)
+			if handedOff {
+				r = &request{id: id, header: &ctx.Request.Header} // answers the 500 alone
+			}
 			s.refuse(w, r, rerr.Spec{Code: rerr.ProxyError,
 				Message: "rotor failed on this request (a bug); it is logged with request_id"}, nil)
 		}
@@ -113,6 +122,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if upgradeRequested(&ctx.Request.Header) && socketPaths[string(ctx.Path())] {
+		r.handedOff = true // the upgrade's refusal may use it after the handler
 		s.acceptSocket(ctx, r)
 		return
 	}
@@ -159,10 +169,9 @@ const maxPooledBody = 8 << 20
 // must not be used after it.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func(), spec *rerr.Spec) {
 	release = func() {}
-	tooLarge := bodyTooLarge(s.cfg.MaxBody)
 	n := ctx.Request.Header.ContentLength()
 	if n > s.cfg.MaxBody {
-		return nil, release, tooLarge
+		return nil, release, bodyTooLarge(s.cfg.MaxBody)
 	}
 	stream := ctx.RequestBodyStream()
 	if stream == nil || n == 0 {
@@ -171,7 +180,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func()
 	body, release, err := readBounded(stream, n, s.cfg.MaxBody)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		return nil, release, tooLarge
+		return nil, release, bodyTooLarge(s.cfg.MaxBody)
 	case err != nil:
 		return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -29,6 +30,7 @@ type relay struct {
 	resp    *fasthttp.Response
 	body    io.Reader
 	pending []byte // bytes already read from the upstream, sent first
+	held    []byte // holdBack's buffer under pending, released once it is sent
 
 	// assembled: the body is one JSON object rotor built from a whole
 	// stream; isJSON: the body is a JSON object, kept (bounded) in json
@@ -60,10 +62,12 @@ const maxJSONUsage = 8 << 20
 // ends.
 func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answer) {
 	resp := ans.resp
-	rl := &relay{
+	rl := relays.Get().(*relay)
+	*rl = relay{
 		s: s, r: r, choice: *ch, status: resp.StatusCode(), resp: resp,
-		body: resp.BodyStream(), pending: ans.pending,
+		body: resp.BodyStream(), pending: ans.pending, held: ans.pending,
 	}
+	r.handedOff = true // the relay finishes r, after the handler when over HTTP
 	if ans.ended {
 		rl.body = eofReader{}
 	}
@@ -101,7 +105,8 @@ func (rl *relay) Read(p []byte) (int, error) {
 		n := copy(p, rl.pending)
 		rl.pending = rl.pending[n:]
 		if len(rl.pending) == 0 {
-			rl.pending = nil // not kept for the rest of the stream
+			releaseHeld(rl.held) // not kept for the rest of the stream
+			rl.pending, rl.held = nil, nil
 		}
 		rl.observe(p[:n])
 		return n, nil
@@ -226,9 +231,17 @@ func (rl *relay) CloseWithError(wErr error) error {
 		e.code = rl.failure
 	}
 	e.tokens, e.warn = rl.tokens, !complete
-	rl.s.finish(rl.r, e)
+	r := rl.r
+	rl.s.finish(r, e)
+	*rl = relay{}
+	relays.Put(rl)
+	r.release()
 	return nil
 }
+
+// relays recycles relays, for the reason requests recycles requests.
+// The responder calls CloseWithError once, and uses the relay no more.
+var relays = sync.Pool{New: func() any { return new(relay) }}
 
 var errClientGone = errors.New("rotor: client went away")
 
