@@ -122,7 +122,6 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if upgradeRequested(&ctx.Request.Header) && socketPaths[string(ctx.Path())] {
-		r.handedOff = true // the upgrade's refusal may use it after the handler
 		s.acceptSocket(ctx, r)
 		return
 	}

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -332,6 +334,49 @@ func TestUsageOfReadsEitherAPIsNames(t *testing.T) {
 		got := usageOf(gjson.Parse(tc.json))
 		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
 			t.Errorf("usageOf(%s) = %+v, want %+v", tc.json, got, tc.want)
+		}
+	}
+}
+
+// Requests, relays and held-back bytes are recycled: a stream still
+// being relayed keeps its own, whatever the requests answered meanwhile
+// reuse. Each stream's usage record carries its own id and model.
+func TestRecycledRequestsKeepTheirOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})
+	e.up.SetDefault(upstreamtest.Behavior{EventDelay: 20 * time.Millisecond})
+	const n = 30
+	type sent struct{ id, model string }
+	streams := make(chan sent, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			model := fmt.Sprintf("gpt-5-%d", i)
+			resp := e.do("POST", "/v1/responses", `{"model":"`+model+`","stream":true,"input":"hi"}`)
+			defer resp.Body.Close()
+			if _, err := sseTypes(resp.Body); err != nil || resp.StatusCode != 200 {
+				t.Errorf("%s: status %d err %v", model, resp.StatusCode, err)
+			}
+			streams <- sent{resp.Header.Get("x-request-id"), model}
+		})
+		wg.Go(func() { // answered while the streams are open
+			resp := e.do("POST", "/v1/responses", `{"model":"other","input":`)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	close(streams)
+	recs := map[string]usage.Record{}
+	for _, r := range waitCompatUsage(t, e, 2*n) {
+		if _, dup := recs[r.RequestID]; dup {
+			t.Errorf("two records of request %s", r.RequestID)
+		}
+		recs[r.RequestID] = r
+	}
+	for s := range streams {
+		if r, ok := recs[s.id]; !ok || r.Model != s.model || r.Status != 200 {
+			t.Errorf("stream %s (%s): record %+v", s.id, s.model, r)
 		}
 	}
 }
