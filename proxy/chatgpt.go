@@ -90,14 +90,18 @@ func (ad chatgptAdapter) body(r *request) ([]byte, answerForm, error) {
 }
 
 func (chatgptAdapter) edit(r *request) ([]byte, answerForm, error) {
-	switch r.op {
-	case opResponses:
+	switch {
+	case r.op == opResponses && lite(r):
+		// Codex's own request for a Lite model: nothing of §5's edit
+		// applies to it, and the backend reads it as it is.
+		return r.body, formAsIs, nil
+	case r.op == opResponses:
 		body, asm, err := chatgptBody(r.body, &r.scan)
 		if asm {
 			return body, formResponse, err
 		}
 		return body, formAsIs, err
-	case opChat:
+	case r.op == opChat:
 		body, err := chat.ToResponses(r.body)
 		if !r.chat.Stream {
 			return body, formChatCompletion, err
@@ -105,6 +109,23 @@ func (chatgptAdapter) edit(r *request) ([]byte, answerForm, error) {
 		return body, formChatStream, err
 	}
 	return r.body, formAsIs, nil
+}
+
+// liteHeader says a request is Responses Lite (SPEC §13); on a socket
+// the frame's client_metadata carries it instead (metadataHeaders).
+const liteHeader = "X-OpenAI-Internal-Codex-Responses-Lite"
+
+// lite reports whether r is a Responses Lite request: marked so, or
+// shaped so (an additional_tools item first, reasoning over all turns).
+func lite(r *request) bool {
+	if bytes.EqualFold(r.header.Peek(liteHeader), []byte("true")) {
+		return true
+	}
+	if !bytes.Contains(r.body, []byte("additional_tools")) && !bytes.Contains(r.body, []byte("all_turns")) {
+		return false
+	}
+	return gjson.GetBytes(r.body, "input.0.type").Str == "additional_tools" ||
+		gjson.GetBytes(r.body, "reasoning.context").Str == "all_turns"
 }
 
 // DroppedForChatGPT are the request parameters the ChatGPT Codex backend

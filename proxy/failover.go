@@ -32,6 +32,7 @@ const (
 	verdictUnreachable
 	verdictOverloaded
 	verdictClientError
+	verdictForeignContent
 	verdictBadRequest
 	verdictCount
 )
@@ -85,6 +86,13 @@ var failover = [verdictCount]rule{
 		respond: func(index int, f *failure) rerr.Spec {
 			return upstreamSpec(f)
 		}},
+	// Encrypted content the account cannot read (SPEC §13): the
+	// attempt is sent again once with every blob taken out (attempt);
+	// refused even so, it is the client's error, and nobody's fault.
+	verdictForeignContent: {name: "foreign-content",
+		respond: func(index int, f *failure) rerr.Spec {
+			return upstreamSpec(f)
+		}},
 	// rotor could not make the body this account's kind takes: the
 	// client's request is at fault, not the account.
 	verdictBadRequest: {name: "bad-request",
@@ -130,7 +138,12 @@ func classify(status int, h *fasthttp.ResponseHeader, body []byte) verdict {
 	case status >= 200 && status < 300:
 		return verdictOK
 	case status == 429:
+		if containsAny(errorCodes(body), "usage_not_included") {
+			return verdictEntitlement // the plan lacks Codex: no wait will help
+		}
 		return verdictUsageLimit
+	case status == 400 && foreignContent(errorCodes(body), errorMessage(body)):
+		return verdictForeignContent
 	case status == 404:
 		codes := errorCodes(body)
 		switch {
@@ -174,12 +187,33 @@ func errorCodes(body []byte) string {
 	return b.String()
 }
 
+// codeForeignContent is the backend's code for encrypted content the
+// account cannot read; the same refusal also comes with code null and
+// only its message to tell it (foreignContent).
+const codeForeignContent = "invalid_encrypted_content"
+
+// foreignContent reports whether an error's codes (lowercased) or
+// message say the account could not read encrypted content another
+// account minted.
+func foreignContent(codes, message string) bool {
+	if strings.Contains(codes, codeForeignContent) {
+		return true
+	}
+	m := strings.ToLower(message)
+	return strings.Contains(m, "encrypted content") && strings.Contains(m, "could not be verified")
+}
+
+// errorMessage is an error body's error.message.
+func errorMessage(body []byte) string {
+	return gjson.GetBytes(body, "error.message").Str
+}
+
 func invalidated(body []byte) bool {
 	codes := errorCodes(body)
 	if containsAny(codes, "token_invalidated", "token_revoked", "invalidated") {
 		return true
 	}
-	msg := strings.ToLower(gjson.GetBytes(body, "error.message").String())
+	msg := strings.ToLower(errorMessage(body))
 	return containsAny(msg, "invalidated", "revoked")
 }
 
@@ -191,9 +225,12 @@ func htmlBody(h *fasthttp.ResponseHeader, body []byte) bool {
 	return len(t) > 0 && t[0] == '<'
 }
 
-// failedStreamOutcome classifies a stream that failed before any output.
+// failedStreamVerdict classifies a stream that failed before any output.
 func failedStreamVerdict(code string) verdict {
-	if containsAny(code, "usage_limit", "rate_limit", "insufficient_quota") {
+	switch {
+	case code == codeForeignContent:
+		return verdictForeignContent
+	case containsAny(code, "usage_limit", "rate_limit", "insufficient_quota"):
 		return verdictUsageLimit
 	}
 	return verdictServerError // server_is_overloaded, slow_down and the like

@@ -172,8 +172,20 @@ func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 	ans, f := s.sendVia(r, ad, a, &sec)
 	if f != nil && f.verdict == verdictUnauthorized && refresh && !refreshed {
 		if fresh, ok := s.refresh(r, ch, sec); ok {
-			ans, f = s.sendVia(r, ad, a, &fresh)
+			sec = fresh
+			ans, f = s.sendVia(r, ad, a, &sec)
 		}
+	}
+	if f != nil && f.verdict == verdictForeignContent && !r.unbindAll {
+		// A blob rotor did not know to be foreign (SPEC §13): once more,
+		// on the same account, with every blob taken out. Those it sent
+		// are then known to be unreadable here, so the conversation's
+		// next request does not pay for the refusal again.
+		s.deps.Log.Info().Str("request_id", r.id).Int("account", ch.Index).
+			Msg("encrypted content refused; retrying without it")
+		s.disown(r)
+		r.unbindAll = true
+		ans, f = s.sendVia(r, ad, a, &sec)
 	}
 	return ans, f
 }
@@ -219,13 +231,17 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	if err != nil {
 		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
 	}
-	body = r.wire(s.aliased(r, a.Kind, body))
+	body = r.wire(s.forAccount(r, a, body))
 	sh = s.listsAliases(r, a.Kind, sh)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(ad.url(base, r))
 	req.Header.SetMethodBytes(r.header.Method())
 	copyRequestHeaders(&req.Header, r.header)
+	s.ownIdentityHeaders(r, a.ID, req.Header.Peek, req.Header.Set)
+	if s.foreignTurnState(req.Header.Peek(turnStateHeader), a.ID) {
+		req.Header.Del(turnStateHeader)
+	}
 	ad.setHeaders(&req.Header, a.ChatGPTAccountID, *sec)
 	if r.op != opModels {
 		req.SetBodyRaw(body)
@@ -238,6 +254,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	s.endpoints.markUp(endpoint)
 	status := resp.StatusCode()
 	now := s.deps.Clock.Now()
+	s.learnTurnState(resp.Header.Peek(turnStateHeader), a.ID)
 	if q := parseQuota(now, &resp.Header); q != nil {
 		s.runtime().SetQuota(a.ID, *q)
 	}
@@ -253,6 +270,14 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	}
 	fasthttp.ReleaseResponse(resp)
 	return nil, f
+}
+
+// forAccount is body as it goes to account a: without the blobs another
+// account minted, with a's own installation id, and with the model a's
+// kind's alias names. Each attempt makes it anew; body itself is never
+// changed.
+func (s *Server) forAccount(r *request, a *accounts.Account, body []byte) []byte {
+	return s.aliased(r, a.Kind, s.ownIdentity(r, a.ID, s.unbind(r, a.ID, body)))
 }
 
 // readStart reads the start of a successful answer before anything is sent:
@@ -292,7 +317,13 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 	if err != nil {
 		return nil, &failure{verdict: verdictNetworkError, status: 200, err: err}
 	}
-	return nil, &failure{verdict: failedStreamVerdict(fail), status: 200, body: []byte(`{"error":{"code":"` + fail + `"}}`)}
+	v := failedStreamVerdict(fail)
+	if v == verdictForeignContent {
+		// Relayed as the 400 it stands for, should the retry fail too.
+		return nil, &failure{verdict: v, status: 400, body: []byte(`{"error":{"type":"invalid_request_error","code":"` + fail +
+			`","message":"The encrypted content could not be verified by this account."}}`)}
+	}
+	return nil, &failure{verdict: v, status: 200, body: []byte(`{"error":{"code":"` + fail + `"}}`)}
 }
 
 // ending is how a request ended, for its usage record and log line.
@@ -328,7 +359,7 @@ func (s *Server) finish(r *request, e ending) {
 	if r.counted && s.deps.Usage != nil {
 		s.deps.Usage.Append(usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
 			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
-			Affinity: affinityOf(r, e.choice)})
+			Affinity: affinityOf(r, e.choice), Context: contextOf(r)})
 	}
 	s.metrics.finished(r, &e, id, index, dur)
 	ev := s.deps.Log.Info()
@@ -356,6 +387,9 @@ func (s *Server) finish(r *request, e ending) {
 	if e.code != "" {
 		ev = ev.Str("code", e.code)
 	}
+	if r.contextCut {
+		ev = ev.Str("context", usage.ContextCut)
+	}
 	if e.tokens != nil {
 		ev = ev.Int64("input_tokens", e.tokens.Input).Int64("output_tokens", e.tokens.Output)
 	}
@@ -375,6 +409,14 @@ func affinityOf(r *request, ch *rotation.Choice) string {
 		return usage.AffinityMoved
 	}
 	return usage.AffinityNew
+}
+
+// contextOf is the usage record's Context for r.
+func contextOf(r *request) string {
+	if r.contextCut {
+		return usage.ContextCut
+	}
+	return ""
 }
 
 // refuse answers r with a rotor-made error and finishes it.

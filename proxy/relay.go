@@ -192,6 +192,9 @@ func (rl *relay) onEvent(e event) {
 	if q := e.quota(rl.s.deps.Clock); q != nil {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
+	if e.typ == "response.output_item.done" && bytes.Contains(e.data, encryptedKey) {
+		rl.s.mints.learnItem(eventField(e.data, "item"), rl.choice.Account.ID)
+	}
 }
 
 // CloseWithError is called by the responder once the answer is written,
@@ -207,6 +210,7 @@ func (rl *relay) CloseWithError(wErr error) error {
 		rt.Record(id, rotation.Served, rl.status, time.Time{})
 		if rl.isJSON {
 			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
+			rl.s.mints.learnOutput(rl.json, id)
 		}
 		if rl.cut {
 			closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused

@@ -84,6 +84,19 @@ type request struct {
 	probing     bool
 	netErr      error // the last connect failure, for the client's message
 
+	// unbindAll: an account refused a blob rotor did not know to be
+	// foreign, so every blob is taken out of the retry (SPEC §13);
+	// contextCut: a compaction another account made could not be carried
+	// over, and the conversation lost its summarized context.
+	unbindAll, contextCut bool
+	// installationID is the client's installation id (installation),
+	// read once.
+	installationID   string
+	installationRead bool
+	// redialed: the socket's upstream socket expired and a new one was
+	// opened for this request; it is not done twice.
+	redialed bool
+
 	// counted: the request was read, so its end is a usage record (a
 	// refusal before that, by the guard or the route, is only logged).
 	counted bool

@@ -152,6 +152,9 @@ type Deps struct {
 	Pages Pages
 	// Aliases are the model aliases in force (SPEC §12); nil: none.
 	Aliases *aliases.Live
+	// IdentityKey is the home's secret each account's installation id is
+	// derived from (home.IdentityKey); nil: a key of this process.
+	IdentityKey []byte
 }
 
 // Pages answers the dashboard's paths: the only ones that do not take the
@@ -173,16 +176,18 @@ type Server struct {
 	// keyDigest is the SHA-256 of the client key. It is swapped whole
 	// (SetClientKey), so a request checks against one key or the other,
 	// never a mix, with one atomic load on the hot path.
-	keyDigest atomic.Pointer[[sha256.Size]byte]
-	exits     *exits
-	srv       *fasthttp.Server
-	secrets   *secretCache
-	endpoints *endpoints
-	adapters  *Adapters
-	sockets   socketSet
-	quiet     quietConns
-	noSockets noSockets // endpoints that refused a WebSocket upgrade
-	metrics   *metrics
+	keyDigest  atomic.Pointer[[sha256.Size]byte]
+	exits      *exits
+	srv        *fasthttp.Server
+	secrets    *secretCache
+	endpoints  *endpoints
+	adapters   *Adapters
+	sockets    socketSet
+	quiet      quietConns
+	noSockets  noSockets  // endpoints that refused a WebSocket upgrade
+	mints      mints      // who minted each account-bound blob relayed (SPEC §13)
+	identities identities // the installation id each account is shown (SPEC §13)
+	metrics    *metrics
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -201,6 +206,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		endpoints: newEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
+	s.identities = newIdentities(deps.IdentityKey)
 	s.metrics = newMetrics(deps.Selector, &s.sockets)
 	s.setKey(cfg.ClientKey)
 	s.exits = newExits(&s.cfg)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"cmp"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -33,19 +32,34 @@ func readEvent(data []byte) event {
 // produce output, so a stream that fails at once can still fail over.
 var bootstrapEvents = map[string]bool{
 	"response.created": true, "response.in_progress": true, "codex.rate_limits": true,
+	"codex.response.metadata": true,
 }
 
 // failure is the error code of an event that ends the stream in failure
 // (response.failed, error), "" for any other. A failure with no code
 // still has one, so it is never mistaken for success.
 func (e event) failure() string {
+	var code, msg gjson.Result
 	switch e.typ {
 	case "response.failed":
-		return cmp.Or(eventField(e.data, "response.error.code").Str, "response_failed")
+		code, msg = eventField(e.data, "response.error.code"), eventField(e.data, "response.error.message")
 	case "error":
-		return cmp.Or(eventField(e.data, "error.code").Str, eventField(e.data, "code").Str, "stream_error")
+		code, msg = eventField(e.data, "error.code"), eventField(e.data, "error.message")
+		if code.Str == "" && msg.Str == "" {
+			code, msg = eventField(e.data, "code"), eventField(e.data, "message")
+		}
+	default:
+		return ""
 	}
-	return ""
+	switch {
+	case code.Str != "":
+		return code.Str
+	case foreignContent("", msg.Str):
+		return codeForeignContent // the refusal of another account's blob, with code null
+	case e.typ == "error":
+		return "stream_error"
+	}
+	return "response_failed"
 }
 
 // final reports whether e is a stream's final event with the response.

@@ -72,7 +72,16 @@ func (s *Server) acceptSocket(ctx *fasthttp.RequestCtx, r *request) {
 			s.refuse(httpResponder{ctx}, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: reason.Error()}, nil)
 		},
 	}
+	s.dialEarly(sk, r.id)
+	if sk.up != nil {
+		for _, k := range handshakeEchoes {
+			if v := sk.up.echo.Get(k); v != "" {
+				ctx.Response.Header.Set(k, v)
+			}
+		}
+	}
 	if err := up.Upgrade(ctx, sk.run); err != nil {
+		sk.dropUpstream()
 		return // refused: Error has answered and logged it
 	}
 	s.deps.Log.Debug().Str("socket", r.id).Msg("websocket opened")
@@ -87,6 +96,7 @@ type socket struct {
 	affinity string // for requests that name no conversation: the socket's own
 	history  history
 	up       *upstreamSocket // to the account serving the socket, while it does
+	overHTTP bool            // an upstream refused one socket too many: this one goes over HTTP
 
 	// mu guards busy, closing and done. Held while shutdown writes the
 	// close frame, so the connection, which fasthttp releases once run

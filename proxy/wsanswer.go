@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -264,6 +265,8 @@ func rewriteFrame(frame []byte, ms []member, whole []byte, hdr *fasthttp.Request
 			if v, ok := m.str(frame); ok {
 				hdr.Set(k, v)
 			}
+		case k == "client_metadata":
+			metadataHeaders(frame[m.valStart:m.end], hdr)
 		case k == "stream":
 			stream = true
 			if string(frame[m.valStart:m.end]) != "true" {
@@ -288,6 +291,37 @@ func rewriteFrame(frame []byte, ms []member, whole []byte, hdr *fasthttp.Request
 		return frame
 	}
 	return splice(frame, ms, add)
+}
+
+// wsHeaderPrefix marks a client_metadata member that stands for a request
+// header on a socket, whose handshake carries the socket's headers only:
+// ws_request_header_x_openai_internal_codex_responses_lite is the header
+// X-OpenAI-Internal-Codex-Responses-Lite of the request over HTTP.
+const wsHeaderPrefix = "ws_request_header_"
+
+// metadataHeaders sets in hdr the headers a frame's client_metadata
+// stands for (wsHeaderPrefix). The metadata itself stays in the body.
+func metadataHeaders(meta []byte, hdr *fasthttp.RequestHeader) {
+	if !bytes.Contains(meta, []byte(wsHeaderPrefix)) {
+		return
+	}
+	gjson.ParseBytes(meta).ForEach(func(k, v gjson.Result) bool {
+		if name, ok := strings.CutPrefix(k.Str, wsHeaderPrefix); ok && headerToken(name) && v.Type == gjson.String &&
+			!strings.ContainsFunc(v.Str, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			hdr.Set(strings.ReplaceAll(name, "_", "-"), v.Str)
+		}
+		return true
+	})
+}
+
+// headerToken reports whether name, with _ for -, is a plain header name.
+func headerToken(name string) bool {
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // frameHeader reports whether a response.create member is one Codex

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // A request that came in on a socket goes up on a socket of its own to
@@ -35,7 +37,14 @@ const socketBeta = "responses_websockets=2026-02-06"
 type upstreamSocket struct {
 	conn      *websocket.Conn
 	accountID string
+	echo      http.Header // the handshake answer's headers Codex reads (handshakeEchoes)
 }
+
+// handshakeEchoes are the headers of an upstream's handshake answer that
+// Codex reads on its own (SPEC §13): the turn's sticky routing, the
+// models list's version, the model, and whether past reasoning is
+// counted upstream (without it Codex estimates and compacts sooner).
+var handshakeEchoes = []string{turnStateHeader, "x-models-etag", "openai-model", "x-reasoning-included"}
 
 // noSockets remembers the endpoints that refused a WebSocket upgrade.
 type noSockets struct {
@@ -65,16 +74,24 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	base := ad.base(a.BaseURL)
 	w := s.endpoints.way(base, a.ProxyURL)
 	endpoint := w.endpoint
-	if s.noSockets.has(endpoint) {
+	sk := r.socket
+	if sk.overHTTP || s.noSockets.has(endpoint) {
 		return nil, nil, false
 	}
-	sk := r.socket
-	if sk.up == nil || sk.up.accountID != a.ID {
+	reused := sk.up != nil && sk.up.accountID == a.ID
+	if !reused {
 		sk.dropUpstream()
 		up, f, refused := s.dialUpstream(r, ad, a, sec, base, &w)
-		if refused {
+		switch refused {
+		case refusedByEndpoint:
 			s.noSockets.add(endpoint)
 			s.deps.Log.Info().Str("endpoint", endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
+			return nil, nil, false
+		case refusedForAccount:
+			// Too many sockets for the account (SPEC §13): this socket
+			// goes on over HTTP.
+			sk.overHTTP = true
+			s.deps.Log.Info().Str("socket", sk.id).Msg("upstream refused another socket (403); this socket goes over HTTP")
 			return nil, nil, false
 		}
 		if f != nil {
@@ -90,13 +107,32 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		scanBody(r.frame, &sc)
 		frame = rewriteFrame(r.frame, sc.members, r.wholeInput(), nil)
 	}
-	frame = s.aliased(r, a.Kind, frame)
+	frame = s.forAccount(r, a, frame)
 	conn := sk.up.conn
-	if conn.SetWriteDeadline(time.Now().Add(socketWriteWait)) != nil || conn.WriteMessage(websocket.TextMessage, frame) != nil {
+	var first []byte
+	err := conn.SetWriteDeadline(time.Now().Add(socketWriteWait))
+	if err == nil {
+		err = conn.WriteMessage(websocket.TextMessage, frame)
+	}
+	sent := err == nil
+	if sent {
+		first, err = readFrameText(conn, s.cfg.ResponseTimeout)
+	}
+	if !r.redialed && (socketExpired(first, err) || reused && err != nil && !isTimeout(err)) {
+		// The upstream socket reached its lifetime (SPEC §13), or, kept
+		// idle since the last request, was closed meanwhile: a new one
+		// to the same account, which knows nothing of the old one's
+		// responses, so the request goes up whole. The client never
+		// sees it, and the account is not blamed for it.
+		s.deps.Log.Debug().Str("request_id", r.id).AnErr("upstream_error", err).Msg("upstream socket ended; redialing")
+		sk.dropUpstream()
+		r.redialed = true
+		return s.sendFrame(r, ad, a, sec)
+	}
+	if !sent {
 		sk.dropUpstream()
 		return nil, &failure{verdict: verdictNetworkError, err: errors.New("cannot send the frame upstream"), endpoint: endpoint}, true
 	}
-	first, err := readFrameText(conn, s.cfg.ResponseTimeout)
 	if err != nil {
 		sk.dropUpstream()
 		v := verdictNetworkError
@@ -118,15 +154,28 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	return ans, f, true
 }
 
+// refusal is why an upstream refused a socket that is still served over
+// HTTP.
+type refusal int
+
+const (
+	notRefused refusal = iota
+	// refusedByEndpoint: an HTTP server without sockets (any status but
+	// 101 below 400, or 404, 405, 426, 501); remembered for the endpoint.
+	refusedByEndpoint
+	// refusedForAccount: a plain 403, the backend's answer to one socket
+	// too many for the account; only this socket goes over HTTP.
+	refusedForAccount
+)
+
 // dialUpstream opens a socket to a's endpoint with the headers an HTTP
-// request would carry. refused reports an endpoint that answered the
-// upgrade as an HTTP server without sockets would (any status but 101
-// below 400, or 404, 405, 426, 501).
-func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (up *upstreamSocket, f *failure, refused bool) {
+// request would carry; refused says why an upstream that answered
+// without a socket is still to be asked over HTTP.
+func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (up *upstreamSocket, f *failure, refused refusal) {
 	endpoint := w.endpoint
 	rt, err := s.exits.of(w, sec)
 	if err != nil {
-		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}, false
+		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}, notRefused
 	}
 	h := http.Header{}
 	hop := r.header.Peek("Connection")
@@ -134,6 +183,10 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		if passes(dropRequestHeaders, hop, k) && !bytes.EqualFold(k, []byte("Content-Type")) {
 			h.Add(string(k), string(v))
 		}
+	}
+	s.ownIdentityHeaders(r, a.ID, func(k string) []byte { return []byte(h.Get(k)) }, h.Set)
+	if s.foreignTurnState([]byte(h.Get(turnStateHeader)), a.ID) {
+		h.Del(turnStateHeader)
 	}
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	h.Set("OpenAI-Beta", socketBeta)
@@ -149,18 +202,25 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 			s.runtime().SetQuota(a.ID, *q)
 		}
 		s.endpoints.markUp(endpoint)
-		return &upstreamSocket{conn: conn, accountID: a.ID}, nil, false
+		s.learnTurnState([]byte(resp.Header.Get(turnStateHeader)), a.ID)
+		up := &upstreamSocket{conn: conn, accountID: a.ID, echo: http.Header{}}
+		for _, k := range handshakeEchoes {
+			if v := resp.Header.Get(k); v != "" {
+				up.echo.Set(k, v)
+			}
+		}
+		return up, nil, notRefused
 	}
 	if resp == nil {
 		err = &dialError{err}
-		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, false
+		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, notRefused
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode < 400, resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusMethodNotAllowed,
 		resp.StatusCode == http.StatusUpgradeRequired, resp.StatusCode == http.StatusNotImplemented:
 		// An HTTP server without sockets: it answered the GET as a GET.
-		return nil, nil, true
+		return nil, nil, refusedByEndpoint
 	}
 	s.endpoints.markUp(endpoint)
 	hdr := handshakeHeader(resp)
@@ -177,10 +237,13 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	}
 	f = &failure{status: resp.StatusCode, endpoint: endpoint, upstreamID: resp.Header.Get("x-request-id"), body: redact(body, sec)}
 	f.verdict = classify(f.status, hdr, f.body)
+	if f.status == http.StatusForbidden && f.verdict == verdictClientError {
+		return nil, nil, refusedForAccount
+	}
 	if f.verdict == verdictUsageLimit {
 		f.resetAt = resetTime(s.deps.Clock.Now(), hdr, f.body)
 	}
-	return nil, f, false
+	return nil, f, notRefused
 }
 
 // frameFailure reads an upstream error frame before any output as the
@@ -199,6 +262,21 @@ func (s *Server) frameFailure(frame []byte, sec *secrets.Secret, endpoint string
 		f.resetAt = resetTime(s.deps.Clock.Now(), hdr, f.body)
 	}
 	return f
+}
+
+// codeSocketExpired is the error the backend sends on a socket that has
+// lived its 60 minutes.
+const codeSocketExpired = "websocket_connection_limit_reached"
+
+// socketExpired reports whether an upstream socket's answer (its first
+// frame, or the error reading it) says the socket has lived too long: the
+// error frame for it, or a close with 1008 (policy) in its place.
+func socketExpired(first []byte, err error) bool {
+	if err != nil {
+		return websocket.IsCloseError(err, websocket.ClosePolicyViolation)
+	}
+	return bytes.Contains(first, []byte(codeSocketExpired)) && gjson.GetBytes(first, "type").Str == "error" &&
+		(gjson.GetBytes(first, "error.code").Str == codeSocketExpired || gjson.GetBytes(first, "code").Str == codeSocketExpired)
 }
 
 // handshakeHeader is resp's headers as a fasthttp response header, which
@@ -304,5 +382,42 @@ func (sk *socket) dropUpstream() {
 	if sk.up != nil {
 		sk.up.conn.Close()
 		sk.up = nil
+	}
+}
+
+// dialEarly picks the account that is to serve the socket sk and opens
+// its upstream socket while the client's handshake waits (SPEC §13), so
+// the handshake's answer carries what the upstream's did
+// (handshakeEchoes), and binds the socket's conversation to that account
+// so its first request goes there. It is best effort and charges
+// nobody: when it cannot, the first request picks and dials as always.
+func (s *Server) dialEarly(sk *socket, id string) {
+	key := cmp.Or(affinityKey(&sk.header, bodyFields{}), sk.affinity)
+	pick := rotation.Request{AffinityKey: key}
+	ch, ref := s.deps.Selector.Pick(&pick)
+	if ref != nil {
+		return
+	}
+	a := &ch.Account
+	ad := s.adapters.For(a.Kind)
+	base := ad.base(a.BaseURL)
+	w := s.endpoints.way(base, a.ProxyURL)
+	if s.noSockets.has(w.endpoint) || s.endpoints.isDown(w.endpoint) {
+		return
+	}
+	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
+	if err != nil {
+		return
+	}
+	r := &request{id: id, header: &sk.header, op: opResponses, socket: sk}
+	up, f, refused := s.dialUpstream(r, ad, a, &sec, base, &w)
+	switch {
+	case refused == refusedByEndpoint:
+		s.noSockets.add(w.endpoint)
+	case refused == refusedForAccount:
+		sk.overHTTP = true
+	case f == nil:
+		sk.up = up
+		s.deps.Selector.Bind(key, a.ID)
 	}
 }

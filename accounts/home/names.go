@@ -31,6 +31,11 @@ const (
 	// whenever the key in the keyring does, so serves notice with a stat.
 	ClientKeyFile = "client-key"
 	ClientKeyMark = "client-key.changed"
+
+	// IdentityKeyFile holds the secret each account's client identity is
+	// derived from (SPEC §13), made once under the home lock.
+	IdentityKeyFile = "identity-key"
+	IdentityKeyLock = AccountsLock
 )
 
 // refreshLockPrefix and refreshLockSuffix frame a refresh lock's account id.

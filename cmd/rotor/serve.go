@@ -250,6 +250,11 @@ func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Lo
 		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second)})
 	deps.Pages = pages
 	deps.Aliases = h.aliases
+	var err error
+	if deps.IdentityKey, err = home.IdentityKey(h.st.Dir()); err != nil {
+		// Not fatal: each account is then shown an id of this process.
+		log.Warn().Err(err).Msg("cannot read or make the identity key; accounts are shown ids of this serve alone")
+	}
 	srv, err := proxy.New(proxy.Config{
 		ClientKey:       key,
 		MaxBody:         o.maxBody,

@@ -63,7 +63,15 @@ type Record struct {
 	// answered request that names a conversation; empty otherwise (no
 	// conversation, a pin, or no account answered).
 	Affinity string `json:"affinity,omitempty"`
+	// Context is ContextCut when the request went to an account that
+	// could not be given the conversation's summarized earlier context (a
+	// compaction another account made, SPEC §13); empty otherwise.
+	Context string `json:"context,omitempty"`
 }
+
+// ContextCut is Record.Context for a conversation whose summarized
+// earlier context was left behind on another account.
+const ContextCut = "cut"
 
 // AppendJSON appends u's line of usage.jsonl to b: the bytes
 // json.Marshal(u) makes, without its reflection and its allocations, since
@@ -106,6 +114,10 @@ func (u *Record) AppendJSON(b []byte) []byte {
 	if u.Affinity != "" {
 		b = append(b, `,"affinity":`...)
 		b = appendJSONString(b, u.Affinity)
+	}
+	if u.Context != "" {
+		b = append(b, `,"context":`...)
+		b = appendJSONString(b, u.Context)
 	}
 	return append(b, '}')
 }
