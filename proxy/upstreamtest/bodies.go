@@ -43,13 +43,14 @@ const codexModelsBody = `{"models":[` +
 
 // compactBody is the answer of POST .../responses/compact. Codex CLI only
 // reads "output" (the replacement history: kept user messages plus one opaque
-// "compaction" item); the envelope follows the public /v1/responses/compact
-// resource ("object":"response.compaction", with usage).
-func compactBody(now time.Time) []byte {
+// "compaction" item, whose encrypted_content is blob, minted for the caller
+// like any account-bound content); the envelope follows the public
+// /v1/responses/compact resource ("object":"response.compaction", with usage).
+func compactBody(now time.Time, blob string) []byte {
 	return []byte(`{"id":"resp_68b1f4c0d2e88190a5b7c3e9f1d2a4660c8f2a7d5e3b1c9a","object":"response.compaction","created_at":` +
 		strconv.FormatInt(now.Unix(), 10) + `,"output":[` +
 		`{"id":"msg_68b1f4c1a0b48190b9d3e5f7a1c2e4880c8f2a7d5e3b1c9a","type":"message","status":"completed","role":"user","content":[{"type":"input_text","text":"Say hello."}]},` +
-		`{"id":"cmp_68b1f4c25e7c8190a2c4e6f8b1d3f5a70c8f2a7d5e3b1c9a","type":"compaction","encrypted_content":"gAAAAABpZmFrZXVwc3RyZWFtLWNvbXBhY3Rpb24tc3VtbWFyeS1ub3QtYS1yZWFsLWNpcGhlcnRleHQ="}],` +
+		`{"id":"cmp_68b1f4c25e7c8190a2c4e6f8b1d3f5a70c8f2a7d5e3b1c9a","type":"compaction","encrypted_content":"` + blob + `"}],` +
 		`"usage":{"input_tokens":1536,"input_tokens_details":{"cached_tokens":1024},"output_tokens":212,"output_tokens_details":{"reasoning_tokens":128},"total_tokens":1748}}`)
 }
 

@@ -127,6 +127,19 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 	}
 
 	h := w.Header().Clone()
+	// What the backend's 101 says about the socket; Behavior.Headers, set
+	// on w already, win, so a test can send other values.
+	owner := identity(r.Header, token)
+	for k, v := range map[string]string{
+		"x-codex-turn-state":   s.Mint(owner),
+		"x-models-etag":        codexModelsETag,
+		"openai-model":         socketModel,
+		"x-reasoning-included": "true",
+	} {
+		if h.Get(k) == "" {
+			h.Set(k, v)
+		}
+	}
 	h.Set("Upgrade", "websocket")
 	h.Set("Connection", "Upgrade")
 	h.Set("Sec-WebSocket-Accept", acceptKey(key))
@@ -161,10 +174,12 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 		conn:     conn,
 		br:       bufio.NewReaderSize(src, 64<<10),
 		token:    token,
+		owner:    owner,
+		lite:     isTrue(r.Header.Get(liteHeader)),
+		opened:   time.Now(),
 		path:     r.URL.Path,
 		rawQuery: r.URL.RawQuery,
 		header:   r.Header.Clone(),
-		ids:      make(map[string]bool),
 		in:       inbox{ready: make(chan struct{}, 1)},
 	}
 	go sk.run()
@@ -179,6 +194,9 @@ type socket struct {
 	conn     net.Conn
 	br       *bufio.Reader
 	token    string
+	owner    string    // identity of the handshake: blobs are minted for it and checked against it
+	lite     bool      // the handshake carried the Lite marker
+	opened   time.Time // for Behavior.SocketLifetime
 	path     string
 	rawQuery string
 	header   http.Header // the handshake's, recorded with every request
@@ -189,9 +207,12 @@ type socket struct {
 	in inbox
 
 	// ids are the responses this connection produced (warm-ups and
-	// streamed answers), the ones a previous_response_id may name. Only the
-	// answering goroutine touches it.
-	ids map[string]bool
+	// streamed answers), the ones a previous_response_id may name; the
+	// newest maxSocketIDs of them. Only the answering goroutine touches it.
+	ids idRing
+	// expired is set once a request came after Behavior.SocketLifetime:
+	// every later one is refused the same way. Answering goroutine only.
+	expired bool
 }
 
 // message is one reassembled client message.
@@ -441,12 +462,11 @@ func (sk *socket) closeWith(code uint16, reason string) {
 	sk.write(opClose, append(p, reason[:min(len(reason), 123)]...))
 }
 
-// createFrame is what the fake reads of a client frame.
+// createFrame is what the fake reads of a client frame besides the
+// request itself (requestBody).
 type createFrame struct {
-	Type               string `json:"type"`
-	Generate           *bool  `json:"generate"`
-	PreviousResponseID string `json:"previous_response_id"`
-	Model              string `json:"model"`
+	Type     string `json:"type"`
+	Generate *bool  `json:"generate"`
 }
 
 // answer handles one client message. It reports false when the socket must
@@ -472,32 +492,60 @@ func (sk *socket) answer(ctx context.Context, m message) bool {
 		Token:    sk.token,
 	})
 	b := s.behavior(sk.token)
+	fill := newFiller(time.Now(), cmp.Or(b.ResetIn, defaultResetIn))
+	// The socket's age comes first: the backend refuses the frame before
+	// it looks at the request or counts it.
+	if sk.expired || time.Since(sk.opened) >= cmp.Or(max(b.SocketLifetime, 0), defaultSocketLifetime) {
+		sk.expired = true
+		return sk.sendFixtureError(http.StatusBadRequest, "websocket_connection_limit_400.json", b.Headers, fill)
+	}
 	if b.LimitAfter > 0 && s.addTurn(sk.token) > b.LimitAfter {
 		b = limitReached(b)
 	}
-	fill := newFiller(time.Now(), cmp.Or(b.ResetIn, defaultResetIn))
 	if b.Status >= 400 {
-		return sk.sendFixtureError(b.Status, cmp.Or(b.ErrorFixture, defaultErrorFixture(b.Status)), b.Headers, fill, "")
+		return sk.sendFixtureError(b.Status, cmp.Or(b.ErrorFixture, defaultErrorFixture(b.Status)), b.Headers, fill)
 	}
-	if id := f.PreviousResponseID; id != "" && !sk.ids[id] {
-		return sk.sendFixtureError(http.StatusBadRequest, "previous_response_not_found_400.json", b.Headers, fill, id)
+	req := parseRequest(m.data)
+	sc := scope{
+		owner: sk.owner,
+		codex: sk.path == chatgptPrefix+"/codex/responses",
+		lite:  sk.lite || req.liteMarked(),
+		known: sk.ids.has,
+	}
+	if rf := s.check(&req, sc); rf != nil {
+		return sk.refuse(ctx, b, rf, &req, fill)
 	}
 	if f.Generate != nil && !*f.Generate {
-		return sk.warmUp(f.Model)
+		return sk.warmUp(req.Model)
 	}
-	return sk.stream(ctx, b, m.data, fill)
+	name, _ := b.answers(&req)
+	return sk.stream(ctx, b, "sse/"+name, req.Model, fill, s.minting(sk.owner, &req), true)
 }
 
-// stream replays the success fixture b chooses for the request, one event
-// payload per text frame, with the stream faults of b.
-func (sk *socket) stream(ctx context.Context, b Behavior, data []byte, fill filler) bool {
-	req := parseRequest(data)
-	name, _ := b.answers(&req)
-	fx, err := sk.s.fixtures.stream("sse/" + name)
+// refuse answers a request the backend's rules refuse: an error frame, or
+// for BlobRefusalStream the response.created and response.failed frames.
+func (sk *socket) refuse(ctx context.Context, b Behavior, rf *refusal, req *requestBody, fill filler) bool {
+	fixture, stream, err := rf.form(b, true)
+	switch {
+	case err != nil:
+		return sk.sendError(http.StatusInternalServerError, fixtureMissingBody(err), nil)
+	case stream:
+		// No stream faults, and a failed response is nothing to continue.
+		return sk.stream(ctx, Behavior{}, "sse/"+blobRefusalStream, req.Model, fill, replacing(rf.repl), false)
+	}
+	return sk.sendFixtureError(rf.status, fixture, b.Headers, fill, rf.repl...)
+}
+
+// stream replays the fixture name (a path under testdata), one event
+// payload per text frame, with the stream faults of b; edit, when not nil,
+// rewrites each payload. remember records the response's id for
+// previous_response_id.
+func (sk *socket) stream(ctx context.Context, b Behavior, name, model string, fill filler, edit eventEdit, remember bool) bool {
+	fx, err := sk.s.fixtures.stream(name)
 	if err != nil {
 		return sk.sendError(http.StatusInternalServerError, fixtureMissingBody(err), nil)
 	}
-	echo := modelEcho(fx.model, req.Model)
+	echo := modelEcho(fx.model, model)
 	n := len(fx.events)
 	stallAt, resetAt := eventLimit(b.StallAfter, n), eventLimit(b.ResetAfter, n)
 	var id string
@@ -513,8 +561,8 @@ func (sk *socket) stream(ctx context.Context, b Behavior, data []byte, fill fill
 			sk.s.wait(ctx, 0) // silent until the client goes, or Close
 			return false
 		case i == n:
-			if id != "" {
-				sk.ids[id] = true
+			if id != "" && remember {
+				sk.ids.add(id)
 			}
 			return true
 		}
@@ -523,6 +571,9 @@ func (sk *socket) stream(ctx context.Context, b Behavior, data []byte, fill fill
 		}
 		ev := fx.events[i]
 		p := echo(fill.bytes(ev.data))
+		if edit != nil {
+			p = edit(ev.typ, p)
+		}
 		if !sk.write(opText, p) {
 			return false
 		}
@@ -584,23 +635,19 @@ func (sk *socket) warmUp(model string) bool {
 	if !sk.write(opText, created) || !sk.write(opText, completed) {
 		return false
 	}
-	sk.ids[id] = true
+	sk.ids.add(id)
 	return true
 }
 
 // sendFixtureError sends the error frame for status with the "error" object
-// of testdata/errors/name and headers, all filled. previousID, when set,
-// replaces the id the previous_response_not_found fixture names.
-func (sk *socket) sendFixtureError(status int, name string, headers map[string]string, fill filler, previousID string) bool {
+// of testdata/errors/name and headers, all filled, with the old, new pairs
+// of repl replaced in it (the id or blob a refusal names).
+func (sk *socket) sendFixtureError(status int, name string, headers map[string]string, fill filler, repl ...string) bool {
 	raw, err := sk.s.fixtures.raw("errors/" + name)
 	if err != nil {
 		return sk.sendError(http.StatusInternalServerError, fixtureMissingBody(err), nil)
 	}
-	obj := errorObject(status, fill.bytes(raw))
-	if previousID != "" {
-		q, _ := json.Marshal(previousID)
-		obj = bytes.ReplaceAll(obj, []byte("'resp_gone'"), []byte("'"+string(q[1:len(q)-1])+"'"))
-	}
+	obj := errorObject(status, replaceAll(fill.bytes(raw), repl))
 	filled := make(map[string]string, len(headers))
 	for k, v := range headers {
 		filled[strings.ToLower(k)] = fill.string(v)

@@ -163,8 +163,9 @@ func eventLimit(after, n int) int {
 }
 
 // serveStream replays the SSE fixture name (a path under testdata), one
-// flushed write per event.
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
+// flushed write per event; edit, when not nil, rewrites each event's data
+// (minting encrypted_content, naming a refused blob).
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler, edit eventEdit) {
 	fx, err := s.fixtures.stream(name)
 	if err != nil {
 		fixtureMissing(w, err)
@@ -197,13 +198,35 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 		if i > 0 && b.EventDelay > 0 && !s.hold(ctx, w, b.EventDelay) {
 			return
 		}
-		if _, err := w.Write(echo(fill.bytes(fx.events[i].raw))); err != nil {
+		if _, err := w.Write(editedRaw(fx.events[i], echo, fill, edit)); err != nil {
 			return
 		}
 		if err := rc.Flush(); err != nil {
 			return
 		}
 	}
+}
+
+// editedRaw is the bytes to send for ev: the recorded event, filled and with
+// the model echoed, or, when edit changes its data, the event written
+// again around the new data (fixtures are one event line and one data
+// line, so nothing else is lost).
+func editedRaw(ev event, echo func([]byte) []byte, fill filler, edit eventEdit) []byte {
+	raw := echo(fill.bytes(ev.raw))
+	if edit == nil {
+		return raw
+	}
+	data := echo(fill.bytes(ev.data))
+	edited := edit(ev.typ, data)
+	if bytes.Equal(edited, data) {
+		return raw
+	}
+	out := make([]byte, 0, len(edited)+len(ev.typ)+20)
+	out = append(out, "event: "...)
+	out = append(out, ev.typ...)
+	out = append(out, "\ndata: "...)
+	out = append(out, edited...)
+	return append(out, "\n\n"...)
 }
 
 // serveChatCompletion answers a non-streaming Chat Completions request with
@@ -259,8 +282,9 @@ type failedBody struct {
 // EventDelay delays the answer by the time the stream would have taken,
 // StallAfter hangs before the headers, ResetAfter resets before the headers.
 // A fixture ending in response.failed becomes the error status and body the
-// API sends (503 for overload codes, else 500).
-func (s *Server) serveAssembled(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler) {
+// API sends (503 for overload codes, else 500). edit, when not nil,
+// rewrites the final event as it would the stream's.
+func (s *Server) serveAssembled(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler, edit eventEdit) {
 	fx, err := s.fixtures.stream("sse/" + name)
 	if err != nil {
 		fixtureMissing(w, err)
@@ -286,7 +310,11 @@ func (s *Server) serveAssembled(w http.ResponseWriter, r *http.Request, b Behavi
 			var env struct {
 				Response json.RawMessage `json:"response"`
 			}
-			if err := json.Unmarshal(echo(fill.bytes(ev.data)), &env); err != nil || len(env.Response) == 0 {
+			data := echo(fill.bytes(ev.data))
+			if edit != nil {
+				data = edit(ev.typ, data)
+			}
+			if err := json.Unmarshal(data, &env); err != nil || len(env.Response) == 0 {
 				fixtureMissing(w, fmt.Errorf("fixture sse/%s: response.completed has no response object", name))
 				return
 			}

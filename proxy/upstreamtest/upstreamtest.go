@@ -26,6 +26,68 @@
 // github.com/fasthttp/websocket, and this fake must not share its framing.
 // Sockets reports how many are open.
 //
+// # The backend's own rules
+//
+// The ChatGPT backend binds some content to the account that produced it
+// and treats some input as lookups (SPEC §13). rotor moves conversations
+// between accounts, so the fake enforces the same rules, and no rotor test
+// can pass against a kinder upstream than the real one. An account here is
+// the request's chatgpt-account-id header when present, else its bearer
+// token; on a socket, the handshake's.
+//
+//   - Minting. A Responses request (POST .../responses under either prefix,
+//     or a response.create frame) whose include holds
+//     "reasoning.encrypted_content" gets an "encrypted_content" blob on every
+//     reasoning item of response.output_item.done and of the final
+//     response's output, the same blob for the same item in both. The
+//     compact routes always mint their compaction item's (its cmp_ id is
+//     kept). A blob is bound to the account that minted it (Mint gives the
+//     format); Owner tells a test whose a blob is.
+//   - Verifying. In every Responses and compact request, an input item of
+//     type reasoning that carries encrypted_content, and every item of type
+//     compaction, compaction_summary or context_compaction, must carry a
+//     blob minted for the caller. The first that is not (another account's,
+//     or not this server's at all) is refused as Behavior.BlobRefusal says:
+//     400 invalid_encrypted_content (errors/invalid_encrypted_content_400.json),
+//     the same with "code":null (errors/invalid_encrypted_content_null_400.json),
+//     or a 200 stream of response.created then response.failed
+//     (sse/invalid_encrypted_content.sse). The message names the blob
+//     shortened as the backend does ("The encrypted content gAAA...DQ== could
+//     not be verified. Reason: ..."). A compaction item without
+//     encrypted_content is 400 missing_required_parameter.
+//   - Lookups. With store false (always under /backend-api/codex; on /v1
+//     when the body says "store":false) an item id is a lookup in a store
+//     that holds nothing: a reasoning item with an id but no
+//     encrypted_content, and any item_reference, gets 404 "Item with id '…'
+//     not found. Items are not persisted when `store` is set to false. ..."
+//     (errors/item_not_found_404.json).
+//   - previous_response_id over HTTP on /backend-api/codex/responses gets
+//     400 previous_response_not_found naming it; on a socket only the
+//     responses that socket produced (its newest 64) are known.
+//   - "store":true on /backend-api/codex/responses (HTTP or socket) gets 400
+//     {"detail":"Store must be set to false"}.
+//   - Responses Lite. A request whose reasoning.context is "all_turns", or
+//     whose first input item has type additional_tools, must carry the Lite
+//     marker, X-OpenAI-Internal-Codex-Responses-Lite: true (on a socket,
+//     either on the handshake or in the frame as client_metadata
+//     "ws_request_header_x_openai_internal_codex_responses_lite":"true"),
+//     else it gets 400 invalid_request_error naming the parameter.
+//   - Sockets. The 101 answer carries x-codex-turn-state (minted like a blob
+//     for the handshake's account, one value per socket), x-models-etag,
+//     openai-model and x-reasoning-included: true. A response.create on a
+//     socket older than Behavior.SocketLifetime (60 minutes by default), and
+//     every later one on it, gets the backend's error frame: status 400,
+//     code websocket_connection_limit_reached, "Responses websocket
+//     connection limit reached (60 minutes). Create a new websocket
+//     connection to continue."; the socket stays open.
+//
+// Order: a socket's age is checked first, then a Behavior's error Status
+// (which answers before any other rule), then the codex route's
+// "stream":true, store, previous_response_id, the Lite marker, and the
+// input items one by one (the first failing item decides). Over HTTP a
+// refusal is the status and body above; on a socket it is an error frame
+// carrying the body's error object (the detail string as its message).
+//
 // Every wait inside the fake (event delays, stalls, hung or delayed headers)
 // selects on the request's context and on Close, so a client that goes away
 // always ends the upstream request and no goroutine outlives the server. A
@@ -116,7 +178,9 @@ type Behavior struct {
 	// bad_request_400.json, 401 unauthorized_401.json, 402
 	// deactivated_workspace_402.json, 403 cloudflare_403.html, 404
 	// usage_limit_404.json, 429 usage_limit_429.json, anything else
-	// server_error_500.json.
+	// server_error_500.json. Others include usage_not_included_404.json and
+	// usage_not_included_429.json (the plan lacks Codex, not a usage limit),
+	// and the bodies of the backend's rules (see the package doc).
 	ErrorFixture string
 	// Stream is the success fixture under testdata/sse/ (default "hello.sse"),
 	// served by the Responses routes.
@@ -162,7 +226,8 @@ type Behavior struct {
 	// last message has role "tool"; Responses: the last input item has type
 	// "function_call_output") gets Stream or ChatStream as usual, any other
 	// request gets the get_weather call of the tool_call fixtures instead
-	// (sse/tool_call.sse, chat/tool_call.sse and its variants). Clients that
+	// (sse/tool_call.sse or ToolStream, chat/tool_call.sse and its
+	// variants). Clients that
 	// run the whole round trip in one call (the AI SDK with tools, agents)
 	// need no test in between to switch the answer.
 	ToolRoundTrip bool
@@ -176,6 +241,26 @@ type Behavior struct {
 	// handshake is refused with the 404 an unknown path under that prefix
 	// gets (before Status is looked at); plain HTTP is unchanged.
 	NoWebSocket bool
+	// ToolStream is the first answer under ToolRoundTrip on the Responses
+	// routes, a fixture under testdata/sse/ (default "tool_call.sse").
+	// "reasoning_tool_call.sse" reasons before it calls the tool, so a
+	// round trip that asks for reasoning.encrypted_content carries
+	// account-bound reasoning into its second request. Chat Completions
+	// keep chat/tool_call.sse.
+	ToolStream string
+	// BlobRefusal is the form in which encrypted content the caller's
+	// account cannot read is refused (see "The backend's own rules" in the
+	// package doc): BlobRefusalCode (the default, also ""), BlobRefusalNull
+	// or BlobRefusalStream. The real backend has used each, so rotor must
+	// recognise them all. Any other value answers 500 naming it.
+	BlobRefusal string
+	// SocketLifetime is how long a WebSocket serves requests (0 means 60
+	// minutes, the real backend's limit). A response.create on an older
+	// socket, and every later one on it, gets the error frame the backend
+	// sends then (code websocket_connection_limit_reached); the socket stays
+	// open. It is read at each frame like the rest of the Behavior, so a
+	// test may shorten it while a socket is open.
+	SocketLifetime time.Duration
 }
 
 // Recorded is a copy of one request the fake received.
@@ -214,6 +299,11 @@ type Server struct {
 
 	fixtures fixtureCache
 
+	// secret keys the blobs this server mints (Mint, Owner): random per
+	// Server, so a blob of another fake, or of another test, never
+	// verifies.
+	secret [32]byte
+
 	open    atomic.Int64 // in-flight HTTP requests (handlers running)
 	sockets atomic.Int64 // open WebSockets (hijacked: no handler running)
 	// done is closed by Close so every wait in a handler ends at once, even
@@ -226,7 +316,7 @@ type Server struct {
 // first use and cached; a missing fixture is reported to the client as a 500
 // whose body names the file, so a typo fails the test loudly.
 func New(testdataDir string) *Server {
-	return &Server{
+	s := &Server{
 		dir:       testdataDir,
 		behaviors: make(map[string]Behavior),
 		counts:    make(map[string]int),
@@ -234,6 +324,8 @@ func New(testdataDir string) *Server {
 		fixtures:  fixtureCache{dir: testdataDir},
 		done:      make(chan struct{}),
 	}
+	_, _ = rand.Read(s.secret[:])
+	return s
 }
 
 // Start listens on addr (e.g. "127.0.0.1:0"; "" means that) and serves in the
@@ -424,6 +516,15 @@ type requestBody struct {
 		Role string `json:"role"`
 	} `json:"messages"`
 	Input json.RawMessage `json:"input"`
+
+	// Read by the backend's rules (rules.go).
+	Include            []string `json:"include"`
+	Store              *bool    `json:"store"`
+	PreviousResponseID string   `json:"previous_response_id"`
+	Reasoning          *struct {
+		Context string `json:"context"`
+	} `json:"reasoning"`
+	ClientMetadata map[string]json.RawMessage `json:"client_metadata"`
 }
 
 // afterToolResult reports whether the request's last input is a tool
@@ -458,7 +559,7 @@ func parseRequest(body []byte) requestBody {
 // under testdata/sse/ and the Chat Completions one under testdata/chat/.
 func (b Behavior) answers(req *requestBody) (stream, chat string) {
 	if b.ToolRoundTrip && !req.afterToolResult() {
-		return toolCallStream, toolCallStream
+		return cmp.Or(b.ToolStream, toolCallStream), toolCallStream
 	}
 	return cmp.Or(b.Stream, defaultStream), cmp.Or(b.ChatStream, defaultStream)
 }
@@ -531,6 +632,8 @@ func (s *Server) receive(r *http.Request) (body []byte, token string) {
 func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req requestBody, fill filler) {
 	streamName, chatName := b.answers(&req)
 	path := r.URL.Path
+	owner := identity(r.Header, bearer(r.Header.Get("Authorization")))
+	lite := isTrue(r.Header.Get(liteHeader))
 	switch {
 	case r.Method == http.MethodPost && path == chatgptPrefix+"/codex/responses":
 		// The Codex backend only streams; anything else is refused the way it
@@ -539,17 +642,33 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 			s.serveFixtureError(w, http.StatusBadRequest, "stream_required_400.json", fill)
 			return
 		}
-		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill)
+		// Nothing is stored there, so over HTTP no previous response is
+		// ever known: only a socket remembers its own.
+		sc := scope{owner: owner, codex: true, lite: lite, known: func(string) bool { return false }}
+		if rf := s.check(&req, sc); rf != nil {
+			s.refuse(w, r, b, rf, req.Model, true, fill)
+			return
+		}
+		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, s.minting(owner, &req))
 	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
+		if rf := s.check(&req, scope{owner: owner, lite: lite}); rf != nil {
+			s.refuse(w, r, b, rf, req.Model, req.streaming(), fill)
+			return
+		}
 		if req.streaming() {
-			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill)
+			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, s.minting(owner, &req))
 		} else {
-			s.serveAssembled(w, r, b, streamName, req.Model, fill)
+			s.serveAssembled(w, r, b, streamName, req.Model, fill, s.minting(owner, &req))
 		}
 	case r.Method == http.MethodPost && path == openaiPrefix+"/chat/completions":
 		s.serveChat(w, r, b, &req, chatName, fill)
 	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
-		writeJSON(w, http.StatusOK, compactBody(time.Now()))
+		sc := scope{owner: owner, codex: strings.HasPrefix(path, chatgptPrefix+"/"), compact: true, lite: lite}
+		if rf := s.check(&req, sc); rf != nil {
+			s.refuse(w, r, b, rf, req.Model, false, fill)
+			return
+		}
+		writeJSON(w, http.StatusOK, compactBody(time.Now(), s.Mint(owner)))
 	case r.Method == http.MethodGet && path == chatgptPrefix+"/codex/models":
 		w.Header().Set("ETag", codexModelsETag)
 		writeJSON(w, http.StatusOK, []byte(codexModelsBody))
@@ -577,9 +696,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, b Behavior, r
 	base := strings.TrimSuffix(name, ".sse")
 	switch {
 	case req.streaming() && req.StreamOptions.IncludeUsage:
-		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill)
+		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill, nil)
 	case req.streaming():
-		s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill)
+		s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill, nil)
 	default:
 		s.serveChatCompletion(w, r, b, "chat/"+base, req.Model, fill)
 	}
@@ -594,10 +713,11 @@ func (s *Server) serveError(w http.ResponseWriter, b Behavior, fill filler) {
 	s.serveFixtureError(w, b.Status, name, fill)
 }
 
-// serveFixtureError writes testdata/errors/name with status. HTML fixtures
-// are Cloudflare challenge pages and carry the header that marks them, unless
-// Behavior.Headers already set it.
-func (s *Server) serveFixtureError(w http.ResponseWriter, status int, name string, fill filler) {
+// serveFixtureError writes testdata/errors/name with status, with the old,
+// new pairs of repl replaced in it (the id or blob a refusal names). HTML
+// fixtures are Cloudflare challenge pages and carry the header that marks
+// them, unless Behavior.Headers already set it.
+func (s *Server) serveFixtureError(w http.ResponseWriter, status int, name string, fill filler, repl ...string) {
 	raw, err := s.fixtures.raw("errors/" + name)
 	if err != nil {
 		fixtureMissing(w, err)
@@ -615,7 +735,7 @@ func (s *Server) serveFixtureError(w http.ResponseWriter, status int, name strin
 	} else {
 		h.Set("Content-Type", "application/json")
 	}
-	body := fill.bytes(raw)
+	body := replaceAll(fill.bytes(raw), repl)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
