@@ -9,6 +9,10 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
 )
 
 // Account-bound content (SPEC §13). The ChatGPT backend lets only the
@@ -110,11 +114,11 @@ const (
 // (summary, content) and loses encrypted_content, id and status, and is
 // dropped when nothing readable is left; a compaction item, or any other
 // item only one account can read, becomes a developer message saying what
-// was left out. The items account minted itself, and every byte around
+// was left out, unless redo can make the compaction again for account. The items account minted itself, and every byte around
 // the changed items, are kept as sent. body is returned as it is (the
 // same slice) when nothing in it is foreign. r.contextCut says whether
 // a compaction had to go, for this attempt's account.
-func (s *Server) unbind(r *request, account string, body []byte) []byte {
+func (s *Server) unbind(r *request, account string, body []byte, redo func(blob string) []byte) []byte {
 	r.contextCut = false
 	if r.encoded || !bytes.Contains(body, encryptedKey) {
 		return body
@@ -161,6 +165,12 @@ func (s *Server) unbind(r *request, account string, body []byte) []byte {
 				add(kept)
 			}
 		case compactionTypes[typ]:
+			if redo != nil {
+				if again := redo(item.Get("encrypted_content").Str); again != nil {
+					add(again)
+					return true
+				}
+			}
 			r.contextCut = true
 			add(developerNote(cutNote))
 		default:
@@ -261,4 +271,141 @@ func (s *Server) foreignTurnState(v []byte, account string) bool {
 	}
 	owner, ok := s.mints.owner(string(v))
 	return ok && owner != account
+}
+
+// A compaction another account made is carried over by making it again:
+// rotor keeps the request of each compaction it relayed (compactions), and
+// when the conversation moves sends that request to the new account and
+// puts the new account's compaction item in place of the old one
+// (Server.recompact). Each is made once per account: the conversation's
+// later requests carry the same old item, and get the same new one.
+
+// Bounds of what compactions keeps: the requests behind compactions up to
+// maxCompactionSources bytes in all (the oldest forgotten first; one
+// larger than that is not kept), and maxRecompacted items made again.
+const (
+	maxCompactionSources = 32 << 20
+	maxRecompacted       = 256
+)
+
+// compactions remembers the requests behind the compactions rotor
+// relayed, and the items made again from them. It is safe for concurrent
+// use and, like mints, kept per serve.
+type compactions struct {
+	mu    sync.Mutex
+	src   map[mintKey][]byte // a compaction's blob → the compact request's body
+	order []mintKey          // src's keys, oldest first
+	size  int
+	redo  map[redoKey][]byte // a compaction made again for an account
+}
+
+type redoKey struct {
+	blob    mintKey
+	account string
+}
+
+// keep remembers body as the request behind every compaction item of
+// the compact answer answer.
+func (c *compactions) keep(answer, body []byte) {
+	if len(body) > maxCompactionSources {
+		return
+	}
+	var blobs []mintKey
+	gjson.GetBytes(answer, "output").ForEach(func(_, item gjson.Result) bool {
+		if b := item.Get("encrypted_content"); compactionTypes[item.Get("type").Str] && b.Str != "" {
+			blobs = append(blobs, mintKeyOf(b.Str))
+		}
+		return true
+	})
+	if len(blobs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.src == nil {
+		c.src = make(map[mintKey][]byte)
+	}
+	for _, k := range blobs {
+		if _, ok := c.src[k]; ok {
+			continue
+		}
+		for c.size+len(body) > maxCompactionSources && len(c.order) > 0 {
+			c.size -= len(c.src[c.order[0]])
+			delete(c.src, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.src[k], c.size = body, c.size+len(body)
+		c.order = append(c.order, k)
+	}
+}
+
+// source is the request behind the compaction blob, if rotor keeps it.
+func (c *compactions) source(blob string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.src[mintKeyOf(blob)]
+	return b, ok
+}
+
+// redone is the compaction item made again from blob for account, if it
+// was.
+func (c *compactions) redone(blob, account string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	item, ok := c.redo[redoKey{mintKeyOf(blob), account}]
+	return item, ok
+}
+
+func (c *compactions) keepRedone(blob, account string, item []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.redo == nil || len(c.redo) >= maxRecompacted {
+		c.redo = make(map[redoKey][]byte) // bounded: a forgotten one is made again
+	}
+	c.redo[redoKey{mintKeyOf(blob), account}] = item
+}
+
+// maxRecompactDepth bounds compactions made again to make one again: the
+// request behind a compaction may itself carry an older one.
+const maxRecompactDepth = 2
+
+// recompact makes the compaction whose blob another account minted again
+// on the account of ad, a and sec, from the request rotor kept behind it,
+// and returns the new compaction item; nil when rotor kept no such
+// request or the account could not make it.
+func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, blob string) []byte {
+	if item, ok := s.compactions.redone(blob, a.ID); ok {
+		return item
+	}
+	src, ok := s.compactions.source(blob)
+	if !ok || r.recompactDepth >= maxRecompactDepth {
+		return nil
+	}
+	cr := &request{id: r.id, op: opCompact, header: r.header, body: src, start: r.start, recompactDepth: r.recompactDepth + 1}
+	scanBody(src, &cr.scan)
+	ans, f := s.send(cr, ad, a, sec)
+	log := s.deps.Log.Info().Str("request_id", r.id).Str("account_id", a.ID)
+	if f != nil {
+		log.Int("upstream_status", f.status).Msg("could not make the compaction again on the new account")
+		return nil
+	}
+	out := readBodyUpTo(ans.resp, maxJSONUsage)
+	fasthttp.ReleaseResponse(ans.resp)
+	var item []byte
+	gjson.GetBytes(out, "output").ForEach(func(_, it gjson.Result) bool {
+		if compactionTypes[it.Get("type").Str] && it.Get("encrypted_content").Str != "" {
+			item = []byte(it.Raw)
+			s.mints.learnItem(it, a.ID)
+			return false
+		}
+		return true
+	})
+	if item == nil {
+		log.Msg("the new account's compaction has no compaction item")
+		return nil
+	}
+	s.compactions.keepRedone(blob, a.ID, item)
+	r.recompacted = true
+	log.Msg("compaction made again on the new account")
+	return item
 }

@@ -23,20 +23,24 @@ const errBodyMax = 64 << 10
 // readErrorBody reads at most errBodyMax bytes of an error answer and
 // closes its stream; a longer body is cut and its connection discarded
 // rather than drained.
-func readErrorBody(resp *fasthttp.Response) []byte {
+func readErrorBody(resp *fasthttp.Response) []byte { return readBodyUpTo(resp, errBodyMax) }
+
+// readBodyUpTo reads at most limit bytes of an answer and closes its
+// stream, as readErrorBody does.
+func readBodyUpTo(resp *fasthttp.Response, limit int) []byte {
 	bs := resp.BodyStream()
 	if bs == nil {
 		b := resp.Body()
-		return append([]byte(nil), b[:min(len(b), errBodyMax)]...)
+		return append([]byte(nil), b[:min(len(b), limit)]...)
 	}
 	buf := make([]byte, 0, 4096)
 	var err error
-	for len(buf) < errBodyMax && err == nil {
+	for len(buf) < limit && err == nil {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
 		var n int
-		n, err = bs.Read(buf[len(buf):min(cap(buf), errBodyMax)])
+		n, err = bs.Read(buf[len(buf):min(cap(buf), limit)])
 		buf = buf[:len(buf)+n]
 	}
 	if err == io.EOF {

@@ -231,7 +231,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	if err != nil {
 		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
 	}
-	body = r.wire(s.forAccount(r, a, body))
+	body = r.wire(s.forAccount(r, ad, a, sec, body))
 	sh = s.listsAliases(r, a.Kind, sh)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -276,8 +276,9 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 // account minted, with a's own installation id, and with the model a's
 // kind's alias names. Each attempt makes it anew; body itself is never
 // changed.
-func (s *Server) forAccount(r *request, a *accounts.Account, body []byte) []byte {
-	return s.aliased(r, a.Kind, s.ownIdentity(r, a.ID, s.unbind(r, a.ID, body)))
+func (s *Server) forAccount(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, body []byte) []byte {
+	redo := func(blob string) []byte { return s.recompact(r, ad, a, sec, blob) }
+	return s.aliased(r, a.Kind, s.ownIdentity(r, a.ID, s.unbind(r, a.ID, body, redo)))
 }
 
 // readStart reads the start of a successful answer before anything is sent:
@@ -387,8 +388,11 @@ func (s *Server) finish(r *request, e ending) {
 	if e.code != "" {
 		ev = ev.Str("code", e.code)
 	}
-	if r.contextCut {
+	switch {
+	case r.contextCut:
 		ev = ev.Str("context", usage.ContextCut)
+	case r.recompacted:
+		ev = ev.Str("context", "recompacted")
 	}
 	if e.tokens != nil {
 		ev = ev.Int64("input_tokens", e.tokens.Input).Int64("output_tokens", e.tokens.Output)

@@ -49,6 +49,11 @@ type relay struct {
 	// translated as they arrive. out is the translated bytes not yet
 	// handed over (from outOff on), cut that the answer ended before the
 	// upstream's stream did.
+	// compactSrc is the request of a compaction (opCompact), kept
+	// with its answer's compaction item so another account can make it
+	// again (SPEC §13).
+	compactSrc []byte
+
 	chat   *chat.Stream
 	out    []byte
 	outOff int
@@ -68,6 +73,9 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 		body: resp.BodyStream(), pending: ans.pending, held: ans.pending,
 	}
 	r.handedOff = true // the relay finishes r, after the handler when over HTTP
+	if r.op == opCompact && !r.encoded && bytes.Contains(r.body, []byte(`"input"`)) {
+		rl.compactSrc = bytes.Clone(r.body) // r.body does not outlive the handler
+	}
 	if ans.ended {
 		rl.body = eofReader{}
 	}
@@ -211,6 +219,9 @@ func (rl *relay) CloseWithError(wErr error) error {
 		if rl.isJSON {
 			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
 			rl.s.mints.learnOutput(rl.json, id)
+			if rl.compactSrc != nil {
+				rl.s.compactions.keep(rl.json, rl.compactSrc)
+			}
 		}
 		if rl.cut {
 			closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused

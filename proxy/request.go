@@ -89,6 +89,10 @@ type request struct {
 	// contextCut: a compaction another account made could not be carried
 	// over, and the conversation lost its summarized context.
 	unbindAll, contextCut bool
+	// recompacted: a compaction another account made was made again on
+	// this one; recompactDepth: r is itself such a remake (recompact).
+	recompacted    bool
+	recompactDepth int
 	// installationID is the client's installation id (installation),
 	// read once.
 	installationID   string

@@ -176,18 +176,19 @@ type Server struct {
 	// keyDigest is the SHA-256 of the client key. It is swapped whole
 	// (SetClientKey), so a request checks against one key or the other,
 	// never a mix, with one atomic load on the hot path.
-	keyDigest  atomic.Pointer[[sha256.Size]byte]
-	exits      *exits
-	srv        *fasthttp.Server
-	secrets    *secretCache
-	endpoints  *endpoints
-	adapters   *Adapters
-	sockets    socketSet
-	quiet      quietConns
-	noSockets  noSockets  // endpoints that refused a WebSocket upgrade
-	mints      mints      // who minted each account-bound blob relayed (SPEC §13)
-	identities identities // the installation id each account is shown (SPEC §13)
-	metrics    *metrics
+	keyDigest   atomic.Pointer[[sha256.Size]byte]
+	exits       *exits
+	srv         *fasthttp.Server
+	secrets     *secretCache
+	endpoints   *endpoints
+	adapters    *Adapters
+	sockets     socketSet
+	quiet       quietConns
+	noSockets   noSockets   // endpoints that refused a WebSocket upgrade
+	mints       mints       // who minted each account-bound blob relayed (SPEC §13)
+	identities  identities  // the installation id each account is shown (SPEC §13)
+	compactions compactions // the requests behind the compactions relayed (SPEC §13)
+	metrics     *metrics
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.

@@ -107,7 +107,7 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		scanBody(r.frame, &sc)
 		frame = rewriteFrame(r.frame, sc.members, r.wholeInput(), nil)
 	}
-	frame = s.forAccount(r, a, frame)
+	frame = s.forAccount(r, ad, a, sec, frame)
 	conn := sk.up.conn
 	var first []byte
 	err := conn.SetWriteDeadline(time.Now().Add(socketWriteWait))
