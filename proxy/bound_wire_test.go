@@ -500,3 +500,20 @@ func TestEachAccountSeesItsOwnInstallationID(t *testing.T) {
 		}
 	}
 }
+
+// A socket's turn state comes in a codex.response.metadata event; it too
+// belongs to the account that sent it.
+func TestTurnStateFromAMetadataEventStaysWithItsAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
+	e.up.SetDefault(upstreamtest.Behavior{Stream: "metadata_first.sse"})
+	compatPrefer(e, 1)
+	if ev := sseEvents(t, e.do("POST", "/v1/responses", streamBody).Body); ev[0] != "codex.response.metadata" {
+		t.Fatalf("events %v", ev)
+	}
+	e.up.Set("c1", upstreamtest.Behavior{Status: 429})
+	readAll(t, e.do("POST", "/v1/responses", streamBody, "x-codex-turn-state", "ts-fixture-0002"))
+	if h := lastHeaderOf(e.up, "c2", "x-codex-turn-state"); h != "" {
+		t.Errorf("c2 got c1's turn state %q", h)
+	}
+}

@@ -473,8 +473,19 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 
 func TestHoldBackFailedStreamFailsOver(t *testing.T) {
 	t.Parallel()
+	// The metadata Codex reads ahead of response.created is held back
+	// with the rest (SPEC §13): it is not output.
+	for _, fx := range []string{"failed_overloaded.sse", "metadata_first_failed.sse"} {
+		t.Run(fx, func(t *testing.T) {
+			t.Parallel()
+			holdBackFailedStreamFailsOver(t, fx)
+		})
+	}
+}
+
+func holdBackFailedStreamFailsOver(t *testing.T, fixture string) {
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "c1"}, {accounts.KindChatGPT, "c2"}})
-	e.up.Set("c1", upstreamtest.Behavior{Stream: "failed_overloaded.sse"})
+	e.up.Set("c1", upstreamtest.Behavior{Stream: fixture})
 	compatPrefer(e, 1)
 	resp := e.do("POST", "/v1/responses", streamBody)
 	if resp.StatusCode != 200 {

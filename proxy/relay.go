@@ -200,8 +200,12 @@ func (rl *relay) onEvent(e event) {
 	if q := e.quota(rl.s.deps.Clock); q != nil {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
-	if e.typ == "response.output_item.done" && bytes.Contains(e.data, encryptedKey) {
+	switch {
+	case e.typ == "response.output_item.done" && bytes.Contains(e.data, encryptedKey):
 		rl.s.mints.learnItem(eventField(e.data, "item"), rl.choice.Account.ID)
+	case e.typ == "codex.response.metadata" || e.typ == "response.metadata":
+		// A socket's turn state comes in an event, not a header.
+		rl.s.learnTurnState([]byte(eventField(e.data, "headers.x-codex-turn-state").Str), rl.choice.Account.ID)
 	}
 }
 

@@ -32,7 +32,9 @@ func readEvent(data []byte) event {
 // produce output, so a stream that fails at once can still fail over.
 var bootstrapEvents = map[string]bool{
 	"response.created": true, "response.in_progress": true, "codex.rate_limits": true,
-	"codex.response.metadata": true,
+	// What Codex reads besides events (SPEC §13): the answer's headers
+	// (turn state, model) and timings, sent ahead of response.created.
+	"codex.response.metadata": true, "response.metadata": true, "responsesapi.websocket_timing": true,
 }
 
 // failure is the error code of an event that ends the stream in failure
