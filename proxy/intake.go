@@ -106,7 +106,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	page := s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path())
-	code := s.guard(&ctx.Request.Header, page)
+	code, signedIn := s.guard(&ctx.Request.Header, page)
 	if code == rerr.ProxyUnauthorized && s.dashboardSession(ctx) {
 		code = "" // the metrics, seen from the dashboard's session
 	}
@@ -126,6 +126,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rt, ok := routes[string(ctx.Path())]
+	if !ok && signedIn != "" && bytes.HasPrefix(ctx.Path(), []byte(backendPrefix)) {
+		s.passThrough(ctx, r, signedIn)
+		return
+	}
 	if !ok || string(ctx.Method()) != rt.method {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyNotFound,
 			Message: fmt.Sprintf("rotor does not serve %s %s; it serves %s", ctx.Method(), ctx.Path(), surface)}, nil)
@@ -256,28 +260,34 @@ func bodyTooLarge(maxBody int) *rerr.Spec {
 
 var guardMessages = map[string]string{
 	rerr.ProxyForbiddenHost: "rotor only answers loopback requests (Host, Origin and request target must be loopback)",
-	rerr.ProxyUnauthorized:  "missing or wrong client key: send the key from proxy.json as Authorization: Bearer <key> or x-api-key (\"rotor env\" prints it)",
+	rerr.ProxyUnauthorized: "missing or wrong client key: send the key from proxy.json as Authorization: Bearer <key> or x-api-key (\"rotor env\" prints it); " +
+		"Codex signed in with ChatGPT is let in with its own token once rotor has that account (\"rotor import codex\")",
 }
 
 // guard applies the checks every request passes before routing: loopback
-// Host, origin-form target, loopback Origin, then the client key, except
-// on a dashboard page (which takes its cookie instead). It returns the
-// error code to answer with, "" to go on.
-func (s *Server) guard(h *fasthttp.RequestHeader, page bool) string {
+// Host, origin-form target, loopback Origin, then the client's credential,
+// except on a dashboard page (which takes its cookie instead). It returns
+// the error code to answer with, "" to go on; signedIn is the account
+// whose access token the client sent in place of the client key (SPEC
+// §14), "" for the client key.
+func (s *Server) guard(h *fasthttp.RequestHeader, page bool) (code, signedIn string) {
 	uri := h.RequestURI()
 	if len(uri) == 0 || uri[0] != '/' {
-		return rerr.ProxyForbiddenHost // absolute-form or asterisk-form target
+		return rerr.ProxyForbiddenHost, "" // absolute-form or asterisk-form target
 	}
 	if !loopbackHostPort(h.Host()) {
-		return rerr.ProxyForbiddenHost
+		return rerr.ProxyForbiddenHost, ""
 	}
 	if o := h.Peek("Origin"); len(o) > 0 && !loopbackOrigin(o) {
-		return rerr.ProxyForbiddenHost
+		return rerr.ProxyForbiddenHost, ""
 	}
-	if !page && !s.authorized(h) {
-		return rerr.ProxyUnauthorized
+	if page || s.authorized(h) {
+		return "", ""
 	}
-	return ""
+	if id := s.tokenAccount(bearerOf(h)); id != "" {
+		return "", id
+	}
+	return rerr.ProxyUnauthorized, ""
 }
 
 // dashboardSession reports whether a request for the metrics, the one
@@ -293,11 +303,7 @@ func (s *Server) dashboardSession(ctx *fasthttp.RequestCtx) bool {
 func (s *Server) authorized(h *fasthttp.RequestHeader) bool {
 	key := h.Peek("x-api-key")
 	if len(key) == 0 {
-		auth := h.Peek("Authorization")
-		const prefix = "Bearer "
-		if len(auth) > len(prefix) && bytes.EqualFold(auth[:len(prefix)], []byte(prefix)) {
-			key = auth[len(prefix):]
-		}
+		key = bearerOf(h)
 	}
 	if len(key) == 0 {
 		return false
@@ -359,7 +365,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 			Message: fmt.Sprintf("request headers are larger than the proxy accepts (%d KiB)", MaxHeaderBytes>>10)}, nil)
 		return
 	}
-	if code := s.guard(&ctx.Request.Header, false); code != "" {
+	if code, _ := s.guard(&ctx.Request.Header, false); code != "" {
 		s.refuse(w, r, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		return
 	}

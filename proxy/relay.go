@@ -49,6 +49,10 @@ type relay struct {
 	// translated as they arrive. out is the translated bytes not yet
 	// handed over (from outOff on), cut that the answer ended before the
 	// upstream's stream did.
+	// poolShown: the codex.rate_limits events held back were rewritten to
+	// the pool's limits (showPoolLimits), which recorded their own quota;
+	// until the first output the relay takes no quota from events.
+	poolShown bool
 	// compactSrc is the request of a compaction (opCompact), kept
 	// with its answer's compaction item so another account can make it
 	// again (SPEC §13).
@@ -66,6 +70,7 @@ const maxJSONUsage = 8 << 20
 // through w; the relay it makes finishes the request when the answer
 // ends.
 func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answer) {
+	shown := ans.answerForm != formChatStream && s.showPoolLimits(ch, ans)
 	resp := ans.resp
 	rl := relays.Get().(*relay)
 	*rl = relay{
@@ -91,6 +96,7 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 	}
 	rl.isJSON = rl.assembled || bytes.HasPrefix(resp.Header.ContentType(), []byte("application/json"))
 	rl.scan.onEvent = rl.onEvent
+	rl.poolShown = shown
 	if ans.answerForm == formChatStream && !rl.assembled {
 		rl.chat = chat.NewStream(chatID(r.id), r.start.Unix(), r.model, r.chat.IncludeUsage,
 			func(code, message string) []byte { return streamError(r.id, code, message) })
@@ -197,7 +203,10 @@ func (rl *relay) onEvent(e event) {
 	if f := e.failure(); f != "" {
 		rl.failure = f
 	}
-	if q := e.quota(rl.s.deps.Clock); q != nil {
+	if rl.poolShown && !bootstrapEvents[e.typ] {
+		rl.poolShown = false
+	}
+	if q := e.quota(rl.s.deps.Clock); q != nil && !rl.poolShown {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
 	switch {

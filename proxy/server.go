@@ -152,6 +152,10 @@ type Deps struct {
 	Pages Pages
 	// Aliases are the model aliases in force (SPEC §12); nil: none.
 	Aliases *aliases.Live
+	// Adopter takes over tokens Codex refreshed itself in a linked
+	// auth.json, so Codex signed in is let in with them (SPEC §14); nil:
+	// only the tokens rotor holds are.
+	Adopter Adopter
 	// IdentityKey is the home's secret each account's installation id is
 	// derived from (home.IdentityKey); nil: a key of this process.
 	IdentityKey []byte
@@ -188,6 +192,7 @@ type Server struct {
 	mints       mints       // who minted each account-bound blob relayed (SPEC §13)
 	identities  identities  // the installation id each account is shown (SPEC §13)
 	compactions compactions // the requests behind the compactions relayed (SPEC §13)
+	tokens      poolTokens  // the pool's access tokens Codex signed in may send (SPEC §14)
 	metrics     *metrics
 }
 

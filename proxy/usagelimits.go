@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"time"
 
+	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/rotation"
@@ -63,7 +65,8 @@ const planUnknown = "unknown"
 // It never asks an upstream: /status must answer even when every account
 // waits, and the quota every answer carried is already in the runtime state.
 func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
-	b, err := json.Marshal(usageLimitsOf(s.deps.Selector, s.deps.Clock.Now()))
+	u, _ := usageLimitsOf(s.deps.Selector, s.deps.Clock.Now())
+	b, err := json.Marshal(u)
 	if err != nil { // plain structs of strings and numbers: cannot happen
 		panic(err)
 	}
@@ -75,12 +78,13 @@ func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
 // the account Selector.Next would pick; when none can serve, those of the
 // account Selector.Explain says comes back first (the pinned one under a
 // pin), with, when it waits for a usage limit, its fuller window shown
-// used up until the moment it comes back.
-func usageLimitsOf(sel *rotation.Selector, now time.Time) usageLimits {
+// used up until the moment it comes back. shown is the index of the
+// account whose limits these are as they stand, 0 when none's are.
+func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown int) {
 	rows := sel.Status()
 	if i, _ := sel.Next(); i > 0 && i <= len(rows) && rows[i-1].State == "available" {
 		r := &rows[i-1]
-		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true})}
+		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true})}, i
 	}
 	// Next names a process-pinned account even when it cannot serve; the
 	// refusal says why and until when, as the proxy itself would answer.
@@ -107,7 +111,7 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) usageLimits {
 		out.ReachedType = &limitReachedType{Type: "rate_limit_reached"}
 		spend(st, q, ref.ResetAt, now)
 	}
-	return out
+	return out, 0
 }
 
 // comesBackAt is the row of the live account whose wait ends at, nil if
@@ -197,4 +201,127 @@ func wireWindow(w *rotation.Window, now time.Time) *limitWindow {
 		ResetAfterSeconds:  max(int(math.Ceil(w.ResetsAt.Sub(now).Seconds())), 0),
 		ResetAt:            w.ResetsAt.Unix(),
 	}
+}
+
+// What an answer tells Codex of its limits (SPEC §14): the x-codex-*
+// headers of an HTTP answer and the codex.rate_limits events ahead of its
+// output describe the pool as /status does (usageLimitsOf), not the
+// account that served it: Codex stops sending when the limits it was last
+// shown are spent, and must not while another account can serve.
+
+// showPoolLimits rewrites what the answer ans of the account of ch tells
+// of the limits, when it tells any, to the pool's: its x-codex-* window
+// headers, and the codex.rate_limits events it holds back. When the pool
+// shows that very account, the answer goes as it came. It reports
+// whether the held-back events were rewritten; their own quota is then
+// already recorded for the account.
+func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (rewrote bool) {
+	h := &ans.resp.Header
+	told := len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0
+	events := bytes.Contains(ans.pending, []byte(`"codex.rate_limits"`))
+	if !told && !events {
+		return false
+	}
+	now := s.deps.Clock.Now()
+	if events {
+		// The account's own quota first: the pool's view is made with it.
+		learnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
+	}
+	u, shown := usageLimitsOf(s.deps.Selector, now)
+	if shown == ch.Index {
+		return false
+	}
+	if told {
+		for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
+			for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
+				h.Del(k)
+			}
+		}
+		setQuotaHeaders(h, now, quotaOf(u, now))
+	}
+	if events {
+		held := ans.pending
+		ans.pending = rewriteRateLimits(held, u)
+		releaseHeld(held)
+	}
+	return events
+}
+
+// learnRateLimits hands set the quota of every codex.rate_limits event in
+// the SSE bytes b.
+func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && eventField(data, "type").Str == "codex.rate_limits" {
+			if q := quotaFromEvent(now, data); q != nil {
+				set(q)
+			}
+		}
+	}
+}
+
+// quotaOf is u as a quota, as setQuotaHeaders writes one.
+func quotaOf(u usageLimits, now time.Time) *rotation.Quota {
+	q := &rotation.Quota{ObservedAt: now}
+	if u.PlanType != planUnknown {
+		q.PlanType = u.PlanType
+	}
+	win := func(w *limitWindow) *rotation.Window {
+		if w == nil {
+			return nil
+		}
+		return &rotation.Window{UsedPercent: float64(w.UsedPercent), WindowMinutes: w.LimitWindowSeconds / 60, ResetsAt: time.Unix(w.ResetAt, 0)}
+	}
+	if u.RateLimit != nil {
+		q.Primary, q.Secondary = win(u.RateLimit.Primary), win(u.RateLimit.Secondary)
+	}
+	return q
+}
+
+// eventLimits is a codex.rate_limits event's rate_limits, as the backend
+// sends it.
+type eventLimits struct {
+	Allowed      bool         `json:"allowed"`
+	LimitReached bool         `json:"limit_reached"`
+	Primary      *eventWindow `json:"primary,omitempty"`
+	Secondary    *eventWindow `json:"secondary,omitempty"`
+}
+
+type eventWindow struct {
+	UsedPercent       float64 `json:"used_percent"`
+	WindowMinutes     int     `json:"window_minutes"`
+	ResetAfterSeconds int     `json:"reset_after_seconds"`
+	ResetAt           int64   `json:"reset_at"`
+}
+
+// rewriteRateLimits is the held-back SSE bytes b with every
+// codex.rate_limits event's rate_limits (and plan_type) those of u; the
+// rest of each event, and every other event, as it came.
+func rewriteRateLimits(b []byte, u usageLimits) []byte {
+	ev := eventLimits{}
+	if rl := u.RateLimit; rl != nil {
+		ev.Allowed, ev.LimitReached = rl.Allowed, rl.LimitReached
+		w := func(x *limitWindow) *eventWindow {
+			if x == nil {
+				return nil
+			}
+			return &eventWindow{float64(x.UsedPercent), x.LimitWindowSeconds / 60, x.ResetAfterSeconds, x.ResetAt}
+		}
+		ev.Primary, ev.Secondary = w(rl.Primary), w(rl.Secondary)
+	}
+	limits, _ := json.Marshal(ev)
+	out := make([]byte, 0, len(b)+256)
+	for len(b) > 0 {
+		line, rest, _ := bytes.Cut(b, []byte{'\n'})
+		b = rest
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && eventField(data, "type").Str == "codex.rate_limits" {
+			if edited, err := sjson.SetRawBytes(data, "rate_limits", limits); err == nil {
+				if u.PlanType != planUnknown {
+					edited, _ = sjson.SetBytes(edited, "plan_type", u.PlanType)
+				}
+				line = append([]byte("data: "), edited...)
+			}
+		}
+		out = append(append(out, line...), '\n')
+	}
+	return out
 }

@@ -99,6 +99,27 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 	return next, nil
 }
 
+// Adopt takes over the tokens Codex wrote to a's linked auth.json when
+// they are newer than the store's, as a refresh would first, without ever
+// refreshing itself: Codex signed in as itself sends rotor its own token
+// (SPEC §14), and one it refreshed is then known at once. It gives up at
+// once, adopting nothing, when a refresh of a holds the account's lock.
+func (r *Refresher) Adopt(a accounts.Account) (secrets.Secret, bool) {
+	if a.CodexAuthFile == "" {
+		return secrets.Secret{}, false
+	}
+	lock, err := home.LockFile(filepath.Join(r.Dir, home.RefreshLock(a.ID)), false, 0)
+	if err != nil {
+		return secrets.Secret{}, false
+	}
+	defer lock.Unlock()
+	cur, err := r.Secrets.Get(a.ID)
+	if err != nil {
+		return secrets.Secret{}, false
+	}
+	return r.adoptCodex(a, cur)
+}
+
 // adoptCodex reads a's linked Codex auth.json and, when it holds another
 // token pair of the same login than cur that is not older (its access
 // token does not expire sooner: Codex refreshed), stores and returns it.

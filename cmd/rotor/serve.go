@@ -242,10 +242,11 @@ func openAliases(dir string) (*aliases.Live, error) {
 // key hands both a rotated key.
 func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Logger) (*proxy.Server, *dashboard.Dashboard, error) {
 	deps := proxy.Deps{Selector: h.sel, Secrets: h.sec, Flagger: h.st, Usage: h.usage, Clock: h.clock, Log: log}
-	deps.Refresher = newRefresher(a, h.st.Dir(), h.sec, func(id, reason string) error {
+	refresher := newRefresher(a, h.st.Dir(), h.sec, func(id, reason string) error {
 		_, err := h.st.Flag(id, reason, false)
 		return err
 	})
+	deps.Refresher, deps.Adopter = refresher, refresher
 	pages := dashboard.New(dashboard.Config{ClientKey: key, Pool: h.sel, Store: h.st, Clock: h.clock, Log: log,
 		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second)})
 	deps.Pages = pages

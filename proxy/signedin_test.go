@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
+)
+
+// Codex signed in as itself (SPEC §14) sends its own access token where
+// other clients send the client key.
+
+// doAs sends a request with bearer in place of the client key.
+func (e *env) doAs(bearer, method, path, body string, hdr ...string) *http.Response {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp
+}
+
+// setToken gives account i a new access token, as a refresh by another
+// process would.
+func (e *env) setToken(i int, token string) {
+	e.t.Helper()
+	sec, err := secrets.Open(e.store.Dir(), "file", io.Discard)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := sec.Set(e.id(i), secrets.Secret{AccessToken: token, RefreshToken: "r-" + token}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.sel.Runtime().TokensChanged(e.id(i))
+}
+
+func TestAPoolAccountsTokenIsACredential(t *testing.T) {
+	t.Parallel()
+	e, clk, _ := frozenEnv(t, []acct{{accounts.KindChatGPT, "tok-one"}, {accounts.KindChatGPT, "tok-two"}})
+	resp := e.doAs("tok-one", "POST", "/v1/responses", streamBody, "ChatGPT-Account-ID", "cg-tok-one")
+	if ev := sseEvents(t, resp.Body); resp.StatusCode != 200 || ev[len(ev)-1] != "response.completed" {
+		t.Fatalf("Codex's own token: %d %v", resp.StatusCode, ev)
+	}
+	// The request went through selection: it reached an upstream with
+	// that account's token, never the client's header as it came.
+	if r := e.up.Requests(); len(r) != 1 || (r[0].Token != "tok-one" && r[0].Token != "tok-two") {
+		t.Fatalf("upstream requests: %+v", r)
+	}
+	for _, c := range []struct {
+		name, bearer string
+		hdr          []string
+	}{
+		{"foreign token", "tok-three", nil},
+		{"a token's prefix", "tok-on", nil},
+		{"a bare ChatGPT-Account-ID", "", []string{"ChatGPT-Account-ID", "cg-tok-one"}},
+	} {
+		resp := e.doAs(c.bearer, "POST", "/v1/responses", streamBody, c.hdr...)
+		er := decodeError(t, resp)
+		if resp.StatusCode != 401 || er.Code != rerr.ProxyUnauthorized || !strings.Contains(er.Message, "rotor import codex") {
+			t.Errorf("%s: %d %+v", c.name, resp.StatusCode, er)
+		}
+	}
+	// Refreshed by another process: the new token is taken, and the old
+	// one for two minutes after rotor saw the change.
+	e.setToken(1, "tok-one-new")
+	clk.Advance(secretTTL) // the cache reads the store again
+	for _, tok := range []string{"tok-one-new", "tok-one"} {
+		if resp := e.doAs(tok, "GET", "/v1/models", ""); resp.StatusCode != 200 {
+			t.Errorf("%s within the grace: %d %s", tok, resp.StatusCode, readAll(t, resp))
+		} else {
+			readAll(t, resp)
+		}
+	}
+	clk.Advance(tokenGrace + time.Second)
+	if resp := e.doAs("tok-one", "GET", "/v1/models", ""); resp.StatusCode != 401 {
+		t.Errorf("the old token after the grace: %d", resp.StatusCode)
+	}
+	if resp := e.doAs("tok-one-new", "GET", "/v1/models", ""); resp.StatusCode != 200 {
+		t.Errorf("the new token after the grace: %d", resp.StatusCode)
+	}
+}
+
+func TestBackendCallsPassThroughAsTheirAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "tok-one"}, {accounts.KindChatGPT, "tok-two"}})
+	fp := startForwardProxy(t, "", "")
+	e.setProxy(2, fp.url(""))
+	const body = `{"plugin":"github","enabled":true}`
+	resp := e.doAs("tok-two", "POST", "/backend-api/plugins/settings?scope=user&v=2", body,
+		"originator", "codex_cli_rs", "x-codex-window-id", "w-1")
+	got := readAll(t, resp)
+	if resp.StatusCode != 404 || !strings.Contains(got, "Not Found") {
+		t.Errorf("the upstream's answer was not relayed: %d %s", resp.StatusCode, got)
+	}
+	reqs := e.up.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	r := reqs[0]
+	if r.Method != "POST" || r.Path != "/backend-api/plugins/settings" || r.RawQuery != "scope=user&v=2" || string(r.Body) != body ||
+		r.Token != "tok-two" || r.Header.Get("chatgpt-account-id") != "cg-tok-two" ||
+		r.Header.Get("originator") != "codex_cli_rs" || r.Header.Get("x-codex-window-id") != "w-1" {
+		t.Errorf("passed through as %s %s?%s %s, token %s, headers %v", r.Method, r.Path, r.RawQuery, r.Body, r.Token, r.Header)
+	}
+	if fp.carried.Load() != 1 {
+		t.Errorf("the call did not go through the account's proxy (%d carried)", fp.carried.Load())
+	}
+	// With the client key, or a token rotor does not know, nothing passes.
+	resp = e.do("GET", "/backend-api/plugins/list", "")
+	if er := decodeError(t, resp); resp.StatusCode != 404 || er.Code != rerr.ProxyNotFound {
+		t.Errorf("the client key on a backend path: %d %+v", resp.StatusCode, er)
+	}
+	if resp := e.doAs("nobody", "GET", "/backend-api/plugins/list", ""); resp.StatusCode != 401 {
+		t.Errorf("an unknown token on a backend path: %d", resp.StatusCode)
+	}
+	// Codex's /status still asks rotor, which answers from the pool.
+	resp = e.doAs("tok-one", "GET", "/backend-api/wham/usage", "")
+	if got := readAll(t, resp); resp.StatusCode != 200 || !gjson.Get(got, "rate_limit").Exists() {
+		t.Errorf("wham/usage: %d %s", resp.StatusCode, got)
+	}
+	if n := len(e.up.Requests()); n != 1 {
+		t.Errorf("wham/usage went upstream")
+	}
+}
+
+// The limits an answer shows Codex are the pool's, whichever account
+// served it: one nearly spent serves, another has room, and Codex sees
+// the room (SPEC §14), over HTTP and in a socket's codex.rate_limits.
+func TestStreamedLimitsDescribeThePool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "full"}, {accounts.KindChatGPT, "room"}})
+	quota := func(used string) map[string]string {
+		return map[string]string{"x-codex-primary-used-percent": used, "x-codex-primary-window-minutes": "300",
+			"x-codex-primary-reset-after-seconds": "3600", "x-codex-plan-type": "plus"}
+	}
+	e.up.Set("room", upstreamtest.Behavior{Headers: quota("10")})
+	e.up.Set("full", upstreamtest.Behavior{Headers: quota("97"), Stream: "rate_limits_spent.sse"})
+	compatPrefer(e, 2)
+	readAll(t, e.do("POST", "/v1/responses", streamBody))
+	compatPrefer(e, 1)
+	resp := e.do("POST", "/v1/responses", streamBody)
+	body := readAll(t, resp)
+	if servedBy(t, e.up) != "full" {
+		t.Fatalf("the nearly spent account did not serve")
+	}
+	if got := resp.Header.Get("x-codex-primary-used-percent"); got != "10" {
+		t.Errorf("the client was shown %s%% used, not the pool's 10%%", got)
+	}
+	limits := ""
+	for _, l := range strings.Split(body, "\n") {
+		if d, ok := strings.CutPrefix(l, "data: "); ok && gjson.Get(d, "type").Str == "codex.rate_limits" {
+			limits = d
+		}
+	}
+	if gjson.Get(limits, "rate_limits.primary.used_percent").Float() != 10 || !gjson.Get(limits, "credits").Exists() {
+		t.Errorf("codex.rate_limits as relayed: %s", limits)
+	}
+	if q := e.state(1).Quota; q == nil || q.Primary == nil || q.Primary.UsedPercent != 97 {
+		t.Errorf("the serving account's own quota was not kept: %+v", q)
+	}
+	// The same on a socket.
+	c := e.openSocket()
+	got := turn(t, c, `{"type":"response.create","model":"gpt-5","input":[`+userOne+`]}`)
+	if servedBy(t, e.up) == "full" {
+		if d := got[0].data; gjson.GetBytes(d, "type").Str != "codex.rate_limits" || gjson.GetBytes(d, "rate_limits.primary.used_percent").Float() != 10 {
+			t.Errorf("the socket's first frame: %s", d)
+		}
+	}
+}
