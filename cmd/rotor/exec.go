@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
+	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
@@ -51,9 +53,18 @@ func cmdExec(a *app, args []string) error {
 	}
 	defer r.stop()
 
-	child := exec.Command(path, append(codexOverrides(argv[0], r.url), argv[1:]...)...)
+	signedIn := false
+	if filepath.Base(argv[0]) == "codex" {
+		_, signedIn = a.codexLogin()
+	}
+	child := exec.Command(path, append(codexOverrides(argv[0], r.url, signedIn), argv[1:]...)...)
 	child.Stdin, child.Stdout, child.Stderr = a.stdin, a.stdout, a.stderr
-	child.Env = append(a.environ(), "OPENAI_BASE_URL="+r.url, "OPENAI_API_KEY="+r.key)
+	child.Env = append(a.environ(), "OPENAI_BASE_URL="+r.url)
+	if !signedIn {
+		// Codex signed in as itself sends its own token: a key in its
+		// environment could only make it use that instead.
+		child.Env = append(child.Env, "OPENAI_API_KEY="+r.key)
+	}
 	// The child gets the terminal's signals itself; rotor only waits.
 	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
 	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
@@ -91,10 +102,20 @@ func cmdExec(a *app, args []string) error {
 }
 
 // codexOverrides are the -c flags that make Codex CLI talk to the proxy
-// through a "rotor" model provider (SPEC §3 exec); other commands get none.
-func codexOverrides(cmd, url string) []string {
+// (SPEC §3 exec); other commands get none. Codex signed in with ChatGPT
+// as an account of the pool keeps its sign-in and built-in provider, and
+// gets the two base URLs "rotor codex link" writes (SPEC §14); otherwise
+// it talks through a "rotor" model provider with the client key (§10).
+func codexOverrides(cmd, url string, signedIn bool) []string {
 	if filepath.Base(cmd) != "codex" {
 		return nil
+	}
+	if signedIn {
+		openai, chatgpt := codexBases(strings.TrimSuffix(url, "/v1"))
+		return []string{
+			"-c", fmt.Sprintf("%s=%q", accounts.CodexOpenAIBaseKey, openai),
+			"-c", fmt.Sprintf("%s=%q", accounts.CodexChatGPTBaseKey, chatgpt),
+		}
 	}
 	return []string{
 		"-c", `model_provider="rotor"`,

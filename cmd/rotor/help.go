@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"text/tabwriter"
 )
@@ -24,7 +25,19 @@ var groups = []string{"Proxy", "Accounts", "Diagnostics", "Other"}
 var commands map[string]command
 
 func init() {
-	commands = map[string]command{
+	commands = map[string]command{}
+	for _, group := range []map[string]command{proxyCommands(), accountCommands(), diagnosticCommands()} {
+		maps.Copy(commands, group)
+	}
+	// Here, not in a group: its help lists every command.
+	commands["help"] = command{cmdHelp, "Other", "help [command]",
+		"Show the commands, or one command's flags and an example.",
+		"rotor help serve"}
+}
+
+// proxyCommands are the commands that run or point clients at the proxy.
+func proxyCommands() map[string]command {
+	return map[string]command{
 		"serve": {cmdServe, "Proxy", "serve [--host H] [--port P] [--account SEL] [--stable-key]",
 			"Run the proxy on loopback and print its base URL.",
 			"rotor serve --port 8787\neval \"$(rotor env)\"   # in another shell: the proxy's base URL and key"},
@@ -46,6 +59,15 @@ func init() {
 		"alias": {cmdAlias, "Proxy", "alias set FROM TO [--kind K] | list [--json] | rm FROM",
 			"Send requests for model FROM as model TO (on accounts of one kind with --kind); running serves follow within 1s.",
 			"rotor alias set gpt-4o gpt-5 --kind chatgpt\nrotor alias list\nrotor alias rm gpt-4o"},
+		"codex": {cmdCodex, "Proxy", "codex link [--url URL] | unlink",
+			"Point Codex CLI, signed in with ChatGPT as it is, at rotor: two settings in its config.toml (unlink removes them).",
+			"rotor codex link     # then run codex as always\nrotor codex unlink"},
+	}
+}
+
+// accountCommands are the commands that manage the pool.
+func accountCommands() map[string]command {
+	return map[string]command{
 		"login": {cmdLogin, "Accounts", "login [--device] [--no-browser] [--label L] [--proxy URL]",
 			"Add a ChatGPT account by signing in.",
 			"rotor login --label personal"},
@@ -82,6 +104,12 @@ func init() {
 		"unpin": {cmdUnpin, "Accounts", "unpin",
 			"Clear the pin: rotate between accounts again.",
 			"rotor unpin"},
+	}
+}
+
+// diagnosticCommands explain and repair the pool, and say what rotor is (Other).
+func diagnosticCommands() map[string]command {
+	return map[string]command{
 		"rotation": {cmdRotation, "Diagnostics", "rotation status [--json]",
 			"Show what each account is doing, and who is picked next and why.",
 			"rotor rotation status"},
@@ -103,9 +131,6 @@ func init() {
 		"version": {cmdVersion, "Other", "version",
 			"Print rotor's version, commit and Go version.",
 			"rotor version"},
-		"help": {cmdHelp, "Other", "help [command]",
-			"Show the commands, or one command's flags and an example.",
-			"rotor help serve"},
 	}
 }
 
