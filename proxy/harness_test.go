@@ -175,7 +175,7 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 		log = zerolog.New(pc.log)
 	}
 	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: log,
-		Refresher: pc.refresher, Aliases: live}
+		Refresher: pc.refresher, Adopter: pc.adopter, Aliases: live}
 	srv, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)

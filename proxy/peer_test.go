@@ -20,6 +20,7 @@ type peerConfig struct {
 	clock     clock.Clock
 	seed      uint64
 	refresher Refresher
+	adopter   Adopter
 	log       io.Writer // the proxy's log; nil: none
 }
 

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,5 +185,47 @@ func TestStreamedLimitsDescribeThePool(t *testing.T) {
 		if d := got[0].data; gjson.GetBytes(d, "type").Str != "codex.rate_limits" || gjson.GetBytes(d, "rate_limits.primary.used_percent").Float() != 10 {
 			t.Errorf("the socket's first frame: %s", d)
 		}
+	}
+}
+
+// adopterFunc adopts what its function says.
+type adopterFunc func(a accounts.Account) (secrets.Secret, bool)
+
+func (f adopterFunc) Adopt(a accounts.Account) (secrets.Secret, bool) { return f(a) }
+
+// Codex refreshed its login itself: its new token is not rotor's yet,
+// and is let in once rotor has taken it over from the linked auth.json.
+func TestATokenCodexRefreshedItselfIsAdopted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "tok-old"}})
+	if _, err := e.store.Update(func(p *accounts.Pool) error {
+		p.At(1).CodexAuthFile = "/codex/auth.json"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	adopt := adopterFunc(func(a accounts.Account) (secrets.Secret, bool) {
+		asked.Add(1)
+		if a.CodexAuthFile != "/codex/auth.json" {
+			return secrets.Secret{}, false
+		}
+		e.setToken(1, "tok-codex") // as oauth.Refresher.Adopt stores it
+		return secrets.Secret{AccessToken: "tok-codex", RefreshToken: "r-tok-codex"}, true
+	})
+	e2 := startProxy(t, e.up, e.store.Dir(), peerConfig{seed: 3, adopter: adopt})
+	resp := e2.doAs("tok-codex", "POST", "/v1/responses", streamBody)
+	if ev := sseEvents(t, resp.Body); resp.StatusCode != 200 || ev[len(ev)-1] != "response.completed" {
+		t.Fatalf("Codex's own refreshed token: %d %v", resp.StatusCode, ev)
+	}
+	if asked.Load() != 1 || servedBy(t, e.up) != "tok-codex" {
+		t.Errorf("adopt asked %d times; served with %s", asked.Load(), servedBy(t, e.up))
+	}
+	// A stranger's bearer makes rotor look again at most once a second.
+	for range 5 {
+		readAll(t, e2.doAs("stranger", "GET", "/v1/models", ""))
+	}
+	if n := asked.Load(); n > 2 {
+		t.Errorf("the linked files were read %d times for strangers", n)
 	}
 }

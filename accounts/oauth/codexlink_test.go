@@ -252,3 +252,34 @@ func TestSpentRefreshTokenIsReusedError(t *testing.T) {
 		t.Errorf("a reused refresh token must not be retryable: %#v", err)
 	}
 }
+
+// Codex signed in as itself refreshed: Adopt takes its pair over without
+// a token call of its own; with nothing new in the file it changes
+// nothing, and it never refreshes.
+func TestAdoptTakesWhatCodexRefreshedWithoutRefreshing(t *testing.T) {
+	t.Parallel()
+	e := newLinkEnv(t, true)
+	r := e.refresher(t, nil)
+	calls := e.auth.TokenCalls("")
+	if _, ok := r.Adopt(e.acct); ok {
+		t.Fatal("adopted a file that holds the stored pair")
+	}
+	codexTok, err := oauth.NewClient(e.auth.URL()).Refresh(refreshCtx(t), e.first.RefreshToken) // Codex spends it
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.writeCodex(t, codexTok, time.Now().UTC().Format(time.RFC3339Nano))
+	calls++ // Codex's own
+	got, ok := r.Adopt(e.acct)
+	if !ok || got.AccessToken != codexTok.AccessToken || e.stored(t).RefreshToken != codexTok.RefreshToken {
+		t.Fatalf("Codex's pair was not adopted: %v", ok)
+	}
+	if n := e.auth.TokenCalls(""); n != calls {
+		t.Errorf("Adopt made %d token calls", n-calls)
+	}
+	unlinked := e.acct
+	unlinked.CodexAuthFile = ""
+	if _, ok := r.Adopt(unlinked); ok {
+		t.Error("an unlinked account adopted")
+	}
+}
