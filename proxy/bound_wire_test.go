@@ -517,3 +517,60 @@ func TestTurnStateFromAMetadataEventStaysWithItsAccount(t *testing.T) {
 		t.Errorf("c2 got c1's turn state %q", h)
 	}
 }
+
+// Codex's remote compaction v2 is an ordinary Responses request whose input
+// ends in a compaction_trigger; its compaction too is made again when the
+// conversation moves, over HTTP and on a socket.
+func TestMoveMakesAV2CompactionAgain(t *testing.T) {
+	t.Parallel()
+	for _, socket := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "websocket"}[socket], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, []acct{{accounts.KindChatGPT, "t1"}, {accounts.KindChatGPT, "t2"}})
+			const trigger = `{"type":"compaction_trigger"}`
+			send := func(items ...string) []string {
+				if !socket {
+					return outputItems(t, e.do("POST", "/v1/responses", codexTurn(items...), "session_id", "s-v2"))
+				}
+				c := e.openSocket("session-id", "s-v2")
+				got := turn(t, c, `{"type":"response.create","model":"gpt-5-codex","instructions":"","store":false,"input":[`+strings.Join(items, ",")+`]}`)
+				var out []string
+				for _, f := range got {
+					if gjson.GetBytes(f.data, "type").Str == "response.output_item.done" {
+						out = append(out, gjson.GetBytes(f.data, "item").Raw)
+					}
+				}
+				if types(got)[len(got)-1] != "response.completed" {
+					t.Fatalf("turn: %s", got[len(got)-1].data)
+				}
+				return out
+			}
+			out := send(userOne, trigger)
+			first := servedBy(t, e.up)
+			if len(out) != 1 || gjson.Get(out[0], "type").Str != "compaction" {
+				t.Fatalf("the compaction's output: %v", out)
+			}
+			e.up.Set(first, upstreamtest.Behavior{Status: 429})
+			send(userOne, out[0], userTwo)
+			second := other(first)
+			var remade, moved []byte
+			for _, r := range e.up.Requests() {
+				if r.Token == second && r.Method != http.MethodGet {
+					if strings.Contains(string(r.Body), "compaction_trigger") {
+						remade = r.Body
+					} else {
+						moved = r.Body
+					}
+				}
+			}
+			if remade == nil || moved == nil {
+				t.Fatalf("%s: remade %v, moved %v", second, remade != nil, moved != nil)
+			}
+			checkReadableBy(t, e.up, second, remade)
+			checkReadableBy(t, e.up, second, moved)
+			if gjson.GetBytes(moved, `input.#(type=="compaction")`).Raw == "" {
+				t.Errorf("the moved request has no compaction: %s", moved)
+			}
+		})
+	}
+}

@@ -56,7 +56,7 @@ type relay struct {
 	// compactSrc is the request of a compaction (opCompact), kept
 	// with its answer's compaction item so another account can make it
 	// again (SPEC §13).
-	compactSrc []byte
+	compactSrc *compactSource
 
 	chat   *chat.Stream
 	out    []byte
@@ -78,8 +78,8 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 		body: resp.BodyStream(), pending: ans.pending, held: ans.pending,
 	}
 	r.handedOff = true // the relay finishes r, after the handler when over HTTP
-	if r.op == opCompact && !r.encoded && bytes.Contains(r.body, []byte(`"input"`)) {
-		rl.compactSrc = bytes.Clone(r.body) // r.body does not outlive the handler
+	if src, ok := compactionSource(r); ok {
+		rl.compactSrc = &src // a copy: r.body does not outlive the handler
 	}
 	if ans.ended {
 		rl.body = eofReader{}
@@ -211,7 +211,11 @@ func (rl *relay) onEvent(e event) {
 	}
 	switch {
 	case e.typ == "response.output_item.done" && bytes.Contains(e.data, encryptedKey):
-		rl.s.mints.learnItem(eventField(e.data, "item"), rl.choice.Account.ID)
+		item := eventField(e.data, "item")
+		rl.s.mints.learnItem(item, rl.choice.Account.ID)
+		if rl.compactSrc != nil {
+			rl.s.compactions.keepItem(item, *rl.compactSrc) // a compaction v2's
+		}
 	case e.typ == "codex.response.metadata" || e.typ == "response.metadata":
 		// A socket's turn state comes in an event, not a header.
 		rl.s.learnTurnState([]byte(eventField(e.data, "headers.x-codex-turn-state").Str), rl.choice.Account.ID)
@@ -233,7 +237,10 @@ func (rl *relay) CloseWithError(wErr error) error {
 			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
 			rl.s.mints.learnOutput(rl.json, id)
 			if rl.compactSrc != nil {
-				rl.s.compactions.keep(rl.json, rl.compactSrc)
+				gjson.GetBytes(rl.json, "output").ForEach(func(_, item gjson.Result) bool {
+					rl.s.compactions.keepItem(item, *rl.compactSrc)
+					return true
+				})
 			}
 		}
 		if rl.cut {

@@ -347,8 +347,13 @@ type eventEdit func(typ string, data []byte) []byte
 // for it (include lacks "reasoning.encrypted_content"). The item's blob is
 // the same in response.output_item.done and in the final response's output,
 // as the backend's is; the map holding it lives for one answer and holds at
-// most its items.
+// most its items. A remote compaction (v2, a compaction_trigger last in the
+// input) gets its compaction item's blob minted for owner instead.
 func (s *Server) minting(owner string, req *requestBody) eventEdit {
+	if req.compactionTrigger() {
+		// A compaction is bound to its account, asked for or not.
+		return replacing([]string{compactionPlaceholder, s.Mint(owner)})
+	}
 	if !req.encrypted() {
 		return nil
 	}

@@ -644,3 +644,36 @@ func TestReasoningItems(t *testing.T) {
 		t.Errorf("with a blob member: %+v", got[2])
 	}
 }
+
+// Remote compaction v2: a Responses request whose input ends in a
+// compaction_trigger gets a stream of exactly one compaction item, minted
+// for the caller, whatever else the Behavior answers.
+func TestCompactionV2(t *testing.T) {
+	t.Parallel()
+	s, c := start(t)
+	s.SetDefault(Behavior{ToolRoundTrip: true})
+	body := `{"model":"gpt-test","stream":true,"store":false,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"compaction_trigger"}]}`
+	status, _, out := post(t, c, s.ChatGPTBase()+"/codex/responses", "tok", body, "chatgpt-account-id", "acct-a")
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, out)
+	}
+	var items []outputItem
+	for _, d := range sseData(events(t, out)) {
+		var ev struct {
+			Type string     `json:"type"`
+			Item outputItem `json:"item"`
+		}
+		if json.Unmarshal([]byte(d), &ev) == nil && ev.Type == "response.output_item.done" {
+			items = append(items, ev.Item)
+		}
+	}
+	if len(items) != 1 || items[0].Type != "compaction" || items[0].EncryptedContent == nil {
+		t.Fatalf("output items: %+v", items)
+	}
+	if o, _ := s.Owner(*items[0].EncryptedContent); o != "acct-a" {
+		t.Errorf("compaction minted for %q", o)
+	}
+	if strings.Contains(string(out), compactionPlaceholder) {
+		t.Error("the placeholder reached the client")
+	}
+}

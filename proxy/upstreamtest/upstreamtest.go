@@ -127,6 +127,12 @@ const (
 	// both testdata/sse/ and testdata/chat/.
 	toolCallStream = "tool_call.sse"
 
+	// compactionStream answers a remote compaction (v2): its one
+	// compaction item's blob, compactionPlaceholder, is minted for the
+	// caller as it is sent.
+	compactionStream      = "compaction_v2.sse"
+	compactionPlaceholder = "{{COMPACTION_BLOB}}"
+
 	// defaultResetIn fills the reset placeholders when Behavior.ResetIn is 0;
 	// 60 s matches the proxy's own default rate-limit cooldown (§4).
 	defaultResetIn = 60 * time.Second
@@ -542,6 +548,22 @@ func (r *requestBody) afterToolResult() bool {
 	return items[len(items)-1].Type == "function_call_output"
 }
 
+// compactionTrigger reports whether the request's last input item is a
+// compaction_trigger: Codex asks for a remote compaction (v2) in an
+// ordinary Responses request, and takes exactly one compaction item back.
+func (r *requestBody) compactionTrigger() bool {
+	if !bytes.Contains(r.Input, []byte("compaction_trigger")) {
+		return false
+	}
+	var items []struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(r.Input, &items) != nil || len(items) == 0 {
+		return false
+	}
+	return items[len(items)-1].Type == "compaction_trigger"
+}
+
 // streaming reports whether the request asked for a stream ("stream":true).
 func (r *requestBody) streaming() bool { return r.Stream != nil && *r.Stream }
 
@@ -558,6 +580,11 @@ func parseRequest(body []byte) requestBody {
 // answers names the success fixtures b serves for req: the Responses one
 // under testdata/sse/ and the Chat Completions one under testdata/chat/.
 func (b Behavior) answers(req *requestBody) (stream, chat string) {
+	if req.compactionTrigger() {
+		// Codex's remote compaction (v2): one compaction item, whatever
+		// else the Behavior says of answers.
+		return compactionStream, toolCallStream
+	}
 	if b.ToolRoundTrip && !req.afterToolResult() {
 		return cmp.Or(b.ToolStream, toolCallStream), toolCallStream
 	}
