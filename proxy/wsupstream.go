@@ -80,24 +80,9 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	}
 	reused := sk.up != nil && sk.up.accountID == a.ID
 	if !reused {
-		sk.dropUpstream()
-		up, f, refused := s.dialUpstream(r, ad, a, sec, base, &w)
-		switch refused {
-		case refusedByEndpoint:
-			s.noSockets.add(endpoint)
-			s.deps.Log.Info().Str("endpoint", endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
-			return nil, nil, false
-		case refusedForAccount:
-			// Too many sockets for the account (SPEC §13): this socket
-			// goes on over HTTP.
-			sk.overHTTP = true
-			s.deps.Log.Info().Str("socket", sk.id).Msg("upstream refused another socket (403); this socket goes over HTTP")
-			return nil, nil, false
+		if f, ok := s.redial(r, ad, a, sec, base, &w); !ok || f != nil {
+			return nil, f, ok
 		}
-		if f != nil {
-			return nil, f, true
-		}
-		sk.up = up
 	}
 	frame := r.frame
 	if r.prior != nil && r.prior.up != sk.up {
@@ -152,6 +137,29 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	r.answeredBy = sk.up
 	ans, f = s.readStart(r, resp, formAsIs)
 	return ans, f, true
+}
+
+// redial gives r's socket a new upstream socket to account a. ok is false
+// when a's endpoint, or a for this socket, takes no socket: r then goes
+// over HTTP.
+func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (f *failure, ok bool) {
+	sk := r.socket
+	sk.dropUpstream()
+	up, f, refused := s.dialUpstream(r, ad, a, sec, base, w)
+	switch refused {
+	case refusedByEndpoint:
+		s.noSockets.add(w.endpoint)
+		s.deps.Log.Info().Str("endpoint", w.endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
+		return nil, false
+	case refusedForAccount:
+		// Too many sockets for the account (SPEC §13): this socket goes
+		// on over HTTP.
+		sk.overHTTP = true
+		s.deps.Log.Info().Str("socket", sk.id).Msg("upstream refused another socket (403); this socket goes over HTTP")
+		return nil, false
+	}
+	sk.up = up
+	return f, true
 }
 
 // refusal is why an upstream refused a socket that is still served over
@@ -410,14 +418,7 @@ func (s *Server) dialEarly(sk *socket, id string) {
 		return
 	}
 	r := &request{id: id, header: &sk.header, op: opResponses, socket: sk}
-	up, f, refused := s.dialUpstream(r, ad, a, &sec, base, &w)
-	switch {
-	case refused == refusedByEndpoint:
-		s.noSockets.add(w.endpoint)
-	case refused == refusedForAccount:
-		sk.overHTTP = true
-	case f == nil:
-		sk.up = up
+	if f, ok := s.redial(r, ad, a, &sec, base, &w); ok && f == nil {
 		s.deps.Selector.Bind(key, a.ID)
 	}
 }

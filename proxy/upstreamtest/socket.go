@@ -126,20 +126,8 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 	default:
 	}
 
-	h := w.Header().Clone()
-	// What the backend's 101 says about the socket; Behavior.Headers, set
-	// on w already, win, so a test can send other values.
 	owner := identity(r.Header, token)
-	for k, v := range map[string]string{
-		"x-codex-turn-state":   s.Mint(owner),
-		"x-models-etag":        codexModelsETag,
-		"openai-model":         socketModel,
-		"x-reasoning-included": "true",
-	} {
-		if h.Get(k) == "" {
-			h.Set(k, v)
-		}
-	}
+	h := s.switchingHeaders(w.Header(), owner)
 	h.Set("Upgrade", "websocket")
 	h.Set("Connection", "Upgrade")
 	h.Set("Sec-WebSocket-Accept", acceptKey(key))
@@ -183,6 +171,24 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 		in:       inbox{ready: make(chan struct{}, 1)},
 	}
 	go sk.run()
+}
+
+// switchingHeaders are the headers of a socket's 101 answer for owner:
+// what the backend's says about the socket, under set (Behavior.Headers,
+// which win, so a test can send other values).
+func (s *Server) switchingHeaders(set http.Header, owner string) http.Header {
+	h := set.Clone()
+	for k, v := range map[string]string{
+		"x-codex-turn-state":   s.Mint(owner),
+		"x-models-etag":        codexModelsETag,
+		"openai-model":         socketModel,
+		"x-reasoning-included": "true",
+	} {
+		if h.Get(k) == "" {
+			h.Set(k, v)
+		}
+	}
+	return h
 }
 
 // socket is one open WebSocket. A reader goroutine reads frames, answers
