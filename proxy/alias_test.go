@@ -106,13 +106,15 @@ func TestAliasOnChatCompletionsBothKinds(t *testing.T) {
 	}
 
 	// A ChatGPT account's upstream gets the Responses translation, renamed.
+	// Another conversation: the same one would stay on account 1 (SPEC §16).
+	other := strings.Replace(body, `"hi"`, `"hi there"`, 1)
 	e.prefer(2)
-	if resp := e.do("POST", "/v1/chat/completions", body); resp.StatusCode != 200 {
+	if resp := e.do("POST", "/v1/chat/completions", other); resp.StatusCode != 200 {
 		t.Fatalf("chatgpt: status %d: %s", resp.StatusCode, readAll(t, resp))
 	} else {
 		readAll(t, resp)
 	}
-	translated, err := chat.ToResponses([]byte(body))
+	translated, err := chat.ToResponses([]byte(other))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,24 +181,39 @@ func modelIDs(t *testing.T, e *env, query string) []string {
 func TestAliasesInTheModelList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}, {accounts.KindAPIKey, "k"}})
+	tokens := map[int]string{1: "cg", 2: "k"}
+	// through runs ask with account i alone. A process pin steers it there
+	// whatever the scores say: their idle, bucket and quota terms move
+	// with the real clock and with what each account's last answer said,
+	// so e.prefer is only a near tie between these two.
+	through := func(i int, ask func()) {
+		t.Helper()
+		e.sel.SetProcessPin(e.id(i))
+		defer e.sel.SetProcessPin("")
+		before := e.up.Count(tokens[i])
+		ask()
+		if got := e.up.Count(tokens[i]); got != before+1 {
+			t.Fatalf("the list did not come from account %d (%d requests with its token, want %d)", i, got, before+1)
+		}
+	}
 	plain := map[int][]string{}
 	for _, i := range []int{1, 2} {
-		e.prefer(i)
-		plain[i] = modelIDs(t, e, "")
+		through(i, func() { plain[i] = modelIDs(t, e, "") })
 	}
 	e.useAliases(aliases.Alias{From: "everywhere", To: "gpt-5"}, aliases.Alias{From: "codex-only", To: "gpt-5-codex", Kind: accounts.KindChatGPT})
 	for i, want := range map[int][]string{1: {"codex-only", "everywhere"}, 2: {"everywhere"}} {
-		e.prefer(i)
-		got := modelIDs(t, e, "")
+		var got []string
+		through(i, func() { got = modelIDs(t, e, "") })
 		if !slices.Equal(got, append(slices.Clone(plain[i]), want...)) {
 			t.Errorf("account %d lists %v, want %v and then %v", i, got, plain[i], want)
 		}
 	}
 	// Codex CLI's catalog stays the backend's own.
-	e.prefer(1)
-	if body := readAll(t, e.do("GET", "/v1/models?client_version=0.169.0", "")); strings.Contains(body, "everywhere") {
-		t.Errorf("Codex's catalog names an alias: %.300s", body)
-	}
+	through(1, func() {
+		if body := readAll(t, e.do("GET", "/v1/models?client_version=0.169.0", "")); strings.Contains(body, "everywhere") {
+			t.Errorf("Codex's catalog names an alias: %.300s", body)
+		}
+	})
 }
 
 // A running serve follows aliases.json within 1 s: a new alias, its

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -97,6 +98,9 @@ type request struct {
 	// read once.
 	installationID   string
 	installationRead bool
+	// dialWait bounds an upstream socket's handshake in place of
+	// ConnectTimeout (dialEarly's, which the client's handshake waits for).
+	dialWait time.Duration
 	// redialed: the socket's upstream socket expired and a new one was
 	// opened for this request; it is not done twice.
 	redialed bool
@@ -171,6 +175,9 @@ func (r *request) read(maxBody int) *rerr.Spec {
 		r.model = strings.Clone(f.model) // outlives the pooled body in logs
 	}
 	r.affinityKey = cmp.Or(affinityKey(r.header, f), r.fallbackAffinity)
+	if r.affinityKey == "" {
+		r.affinityKey = derivedAffinity(r)
+	}
 	return nil
 }
 
@@ -207,6 +214,48 @@ func affinityKey(h *fasthttp.RequestHeader, f bodyFields) string {
 		return digestKey('r', []byte(f.previousResponseID))
 	}
 	return ""
+}
+
+// derivedAffinity is the conversation of a request that names none (SPEC
+// §16): a digest of its model, its instructions or system messages, and
+// its first user message, which every later turn of the same
+// conversation repeats. Different conversations get different keys, and
+// so still spread over the pool; "" when the body has no user message to
+// tell it by.
+func derivedAffinity(r *request) string {
+	if r.encoded || r.op != opResponses && r.op != opChat && r.op != opCompact {
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte(r.model))
+	h.Write([]byte{0})
+	var turns gjson.Result
+	if r.op == opChat {
+		turns = gjson.GetBytes(r.body, "messages")
+	} else {
+		h.Write([]byte(gjson.GetBytes(r.body, "instructions").Raw))
+		h.Write([]byte{0})
+		turns = gjson.GetBytes(r.body, "input")
+		if !turns.IsArray() {
+			return "" // one turn as a string: no conversation to keep
+		}
+	}
+	user := false
+	turns.ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").Str {
+		case "system", "developer":
+			h.Write([]byte(m.Raw))
+		case "user":
+			h.Write([]byte(m.Raw))
+			user = true
+			return false
+		}
+		return true
+	})
+	if !user {
+		return ""
+	}
+	return string(append([]byte{'d'}, h.Sum(nil)...))
 }
 
 // bodyFields are the top-level members of a Responses request that rotor

@@ -200,7 +200,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	h.Set("OpenAI-Beta", socketBeta)
 	d := websocket.Dialer{
 		NetDial:           func(_, addr string) (net.Conn, error) { return rt.dial(addr) },
-		HandshakeTimeout:  s.cfg.ConnectTimeout,
+		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
 		EnableCompression: true,
 	}
 	url := socketURL(ad.url(base, r))
@@ -393,6 +393,11 @@ func (sk *socket) dropUpstream() {
 	}
 }
 
+// earlyDialWait bounds what dialEarly adds to the client's handshake: an
+// upstream slower than that is dialed again by the first request, with
+// the whole ConnectTimeout.
+const earlyDialWait = 2 * time.Second
+
 // dialEarly picks the account that is to serve the socket sk and opens
 // its upstream socket while the client's handshake waits (SPEC §13), so
 // the handshake's answer carries what the upstream's did
@@ -417,7 +422,7 @@ func (s *Server) dialEarly(sk *socket, id string) {
 	if err != nil {
 		return
 	}
-	r := &request{id: id, header: &sk.header, op: opResponses, socket: sk}
+	r := &request{id: id, header: &sk.header, op: opResponses, socket: sk, dialWait: min(earlyDialWait, s.cfg.ConnectTimeout)}
 	if f, ok := s.redial(r, ad, a, &sec, base, &w); ok && f == nil {
 		s.deps.Selector.Bind(key, a.ID)
 	}

@@ -677,3 +677,44 @@ func TestCompactionV2(t *testing.T) {
 		t.Error("the placeholder reached the client")
 	}
 }
+
+// Behavior.PromptCache reports cached tokens for the leading turns the
+// same account was sent before, and only for that account.
+func TestPromptCacheIsPerAccount(t *testing.T) {
+	t.Parallel()
+	s, c := start(t)
+	s.SetDefault(Behavior{PromptCache: true})
+	one := `{"type":"message","role":"user","content":[{"type":"input_text","text":"one"}]}`
+	two := `{"type":"message","role":"user","content":[{"type":"input_text","text":"two"}]}`
+	usage := func(token string, items ...string) (in, cached int64) {
+		body := `{"model":"gpt-test","stream":true,"input":[` + strings.Join(items, ",") + `]}`
+		status, _, out := post(t, c, s.OpenAIBase()+"/responses", token, body)
+		if status != 200 {
+			t.Fatalf("status %d: %s", status, out)
+		}
+		for _, d := range sseData(events(t, out)) {
+			var ev struct {
+				Type     string `json:"type"`
+				Response struct {
+					Usage struct {
+						Input   int64 `json:"input_tokens"`
+						Details struct {
+							Cached int64 `json:"cached_tokens"`
+						} `json:"input_tokens_details"`
+					} `json:"usage"`
+				} `json:"response"`
+			}
+			if json.Unmarshal([]byte(d), &ev) == nil && ev.Type == "response.completed" {
+				return ev.Response.Usage.Input, ev.Response.Usage.Details.Cached
+			}
+		}
+		t.Fatal("no response.completed")
+		return 0, 0
+	}
+	in1, c1 := usage("a", one)
+	in2, c2 := usage("a", one, two)
+	_, c3 := usage("b", one, two)
+	if want := int64((len(one) + 3) / 4); c1 != 0 || in1 != want || c2 != want || in2 <= in1 || c3 != 0 {
+		t.Errorf("first %d/%d, second %d/%d (want %d cached), another account's %d", c1, in1, c2, in2, want, c3)
+	}
+}

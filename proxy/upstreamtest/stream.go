@@ -222,9 +222,12 @@ func editedRaw(ev event, echo func([]byte) []byte, fill filler, edit eventEdit) 
 		return raw
 	}
 	out := make([]byte, 0, len(edited)+len(ev.typ)+20)
-	out = append(out, "event: "...)
-	out = append(out, ev.typ...)
-	out = append(out, "\ndata: "...)
+	if bytes.HasPrefix(raw, []byte("event:")) {
+		out = append(out, "event: "...)
+		out = append(out, ev.typ...)
+		out = append(out, '\n')
+	}
+	out = append(out, "data: "...)
 	out = append(out, edited...)
 	return append(out, "\n\n"...)
 }

@@ -243,6 +243,13 @@ type Behavior struct {
 	// as a usage limit (429, usage_limit_429.json; on a socket, an error
 	// frame): an account that reaches its limit in the middle of a session.
 	LimitAfter int
+	// PromptCache makes the answer's usage that of a prompt cache kept per
+	// account: input tokens for the request's turns (its input items, or
+	// its Chat Completions messages; a token per 4 bytes), cached tokens
+	// for the longest run of leading turns this account was sent before.
+	// It reports on Responses streams and answers, and on Chat Completions
+	// streams that ask for usage. Each account keeps at most 4096 runs.
+	PromptCache bool
 	// NoWebSocket: the endpoint does not serve sockets. A WebSocket
 	// handshake is refused with the 404 an unknown path under that prefix
 	// gets (before Status is looked at); plain HTTP is unchanged.
@@ -298,6 +305,7 @@ type Server struct {
 	head      int
 	counts    map[string]int
 	turns     map[string]int // Responses requests by token, for LimitAfter
+	cache     promptCache    // Behavior.PromptCache's runs, by account
 	srv       *http.Server
 	ln        net.Listener
 	serveDone chan struct{}
@@ -522,6 +530,8 @@ type requestBody struct {
 		Role string `json:"role"`
 	} `json:"messages"`
 	Input json.RawMessage `json:"input"`
+	// raw is the whole body (PromptCache reads its turns).
+	raw []byte
 
 	// Read by the backend's rules (rules.go).
 	Include            []string `json:"include"`
@@ -574,6 +584,7 @@ func parseRequest(body []byte) requestBody {
 	if len(body) > 0 {
 		_ = json.Unmarshal(body, &req)
 	}
+	req.raw = body
 	return req
 }
 
@@ -676,19 +687,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 			s.refuse(w, r, b, rf, req.Model, true, fill)
 			return
 		}
-		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, s.minting(owner, &req))
+		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, chain(s.minting(owner, &req), s.caching(b, owner, &req)))
 	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
 		if rf := s.check(&req, scope{owner: owner, lite: lite}); rf != nil {
 			s.refuse(w, r, b, rf, req.Model, req.streaming(), fill)
 			return
 		}
+		edit := chain(s.minting(owner, &req), s.caching(b, owner, &req))
 		if req.streaming() {
-			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, s.minting(owner, &req))
+			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, edit)
 		} else {
-			s.serveAssembled(w, r, b, streamName, req.Model, fill, s.minting(owner, &req))
+			s.serveAssembled(w, r, b, streamName, req.Model, fill, edit)
 		}
 	case r.Method == http.MethodPost && path == openaiPrefix+"/chat/completions":
-		s.serveChat(w, r, b, &req, chatName, fill)
+		s.serveChat(w, r, b, &req, chatName, fill, s.caching(b, owner, &req))
 	case r.Method == http.MethodPost && (path == chatgptPrefix+"/codex/responses/compact" || path == openaiPrefix+"/responses/compact"):
 		sc := scope{owner: owner, codex: strings.HasPrefix(path, chatgptPrefix+"/"), compact: true, lite: lite}
 		if rf := s.check(&req, sc); rf != nil {
@@ -719,11 +731,11 @@ func notFound(w http.ResponseWriter, method, path string) {
 // name under testdata/chat/: its recorded chunks, with the usage chunk
 // only when the client asked for it, or one object when it did not ask
 // for a stream.
-func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, b Behavior, req *requestBody, name string, fill filler) {
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, b Behavior, req *requestBody, name string, fill filler, edit eventEdit) {
 	base := strings.TrimSuffix(name, ".sse")
 	switch {
 	case req.streaming() && req.StreamOptions.IncludeUsage:
-		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill, nil)
+		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill, edit)
 	case req.streaming():
 		s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill, nil)
 	default:

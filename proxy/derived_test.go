@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
+)
+
+// Conversations that carry no id (SPEC §16): most Chat Completions clients,
+// and Responses clients that set no prompt_cache_key, send the whole
+// conversation every turn and nothing that names it.
+
+var threeKeys = []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}, {accounts.KindAPIKey, "k3"}}
+
+// conversation is one client conversation without ids: each turn sends
+// every earlier message again.
+type conversation struct {
+	chat  bool
+	topic string
+	turns []string // the messages so far, as JSON
+}
+
+func (c *conversation) next(t *testing.T, e *env, extra ...string) string {
+	tok, _ := c.turn(t, e, extra...)
+	return tok
+}
+
+// turn sends the conversation's next turn; it returns the token of the
+// account that answered and the answer.
+func (c *conversation) turn(t *testing.T, e *env, extra ...string) (token, answer string) {
+	t.Helper()
+	n := len(c.turns)
+	var body string
+	if c.chat {
+		if n == 0 {
+			c.turns = append(c.turns, `{"role":"system","content":"You are terse."}`)
+		}
+		c.turns = append(c.turns, fmt.Sprintf(`{"role":"user","content":"%s, turn %d"}`, c.topic, n))
+		body = `{"model":"gpt-5","stream":true,"messages":[` + strings.Join(c.turns, ",") + `]` + strings.Join(extra, "") + `}`
+	} else {
+		c.turns = append(c.turns, fmt.Sprintf(`{"type":"message","role":"user","content":[{"type":"input_text","text":"%s, turn %d"}]}`, c.topic, n))
+		body = `{"model":"gpt-5","stream":true,"instructions":"Be terse.","input":[` + strings.Join(c.turns, ",") + `]` + strings.Join(extra, "") + `}`
+	}
+	path := "/v1/responses"
+	if c.chat {
+		path = "/v1/chat/completions"
+	}
+	resp := e.do("POST", path, body)
+	answer = readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("turn %d of %s: %d %s", n, c.topic, resp.StatusCode, answer)
+	}
+	tok := servedBy(t, e.up)
+	if c.chat {
+		c.turns = append(c.turns, `{"role":"assistant","content":"Hello from the fake upstream."}`)
+	} else {
+		c.turns = append(c.turns, `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello from the fake upstream."}]}`)
+	}
+	return tok, answer
+}
+
+func TestConversationsWithoutIDsStayOnTheirAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, threeKeys)
+	convs := []*conversation{{chat: true, topic: "chat one"}, {chat: true, topic: "chat two"},
+		{topic: "responses one"}, {topic: "responses two"}}
+	first := map[*conversation]string{}
+	used := map[string]bool{}
+	for turn := range 4 {
+		for _, c := range convs {
+			tok := c.next(t, e)
+			if turn == 0 {
+				first[c] = tok
+				used[tok] = true
+			} else if tok != first[c] {
+				t.Errorf("turn %d of %q went to %s, its first to %s", turn, c.topic, tok, first[c])
+			}
+		}
+	}
+	if len(used) < 2 {
+		t.Errorf("four conversations all on %v: they do not spread", used)
+	}
+}
+
+func TestOneTurnRequestsStillSpread(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, threeKeys)
+	used := map[string]int{}
+	for i := range 12 {
+		c := &conversation{topic: fmt.Sprintf("question %d", i)}
+		used[c.next(t, e)]++
+	}
+	if len(used) < 3 {
+		t.Errorf("12 unrelated requests went to %v", used)
+	}
+}
+
+func TestAConversationWithoutIDsMovesAndStays(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, threeKeys)
+	c := &conversation{topic: "moving"}
+	was := c.next(t, e)
+	e.up.Set(was, upstreamtest.Behavior{Status: 429})
+	now := c.next(t, e)
+	if now == was {
+		t.Fatalf("the conversation stayed on its limited account %s", was)
+	}
+	e.up.Set(was, upstreamtest.Behavior{})
+	e.sel.Runtime().Clear(e.id(map[string]int{"k1": 1, "k2": 2, "k3": 3}[was]))
+	for turn := range 3 {
+		if tok := c.next(t, e); tok != now {
+			t.Errorf("turn %d after the move went to %s, not %s", turn+2, tok, now)
+		}
+	}
+}
+
+// The prompt cache of a conversation without ids, through three accounts
+// whose upstream caches per account: kept on one account, every turn but
+// the first finds its earlier turns cached. "Before" is the same
+// conversation whose turns each name a conversation of their own, as
+// every turn did before rotor derived one: picked afresh each turn.
+func TestDerivedAffinityKeepsThePromptCache(t *testing.T) {
+	t.Parallel()
+	rate := func(e *env, c *conversation, perTurnKey bool) float64 {
+		var in, cached int64
+		for turn := range 6 {
+			extra := ""
+			if perTurnKey {
+				extra = fmt.Sprintf(`,"prompt_cache_key":"%s-%d"`, c.topic, turn)
+			}
+			_, answer := c.turn(t, e, extra)
+			var u gjson.Result
+			for _, l := range strings.Split(answer, "\n") {
+				if d, ok := strings.CutPrefix(l, "data: "); ok && gjson.Get(d, "type").Str == "response.completed" {
+					u = gjson.Get(d, "response.usage")
+				}
+			}
+			if !u.Exists() {
+				t.Fatalf("turn %d: no usage in %.300s", turn, answer)
+			}
+			in += u.Get("input_tokens").Int()
+			cached += u.Get("input_tokens_details.cached_tokens").Int()
+		}
+		return float64(cached) / float64(in)
+	}
+	measure := func(perTurnKey bool) float64 {
+		e := newEnv(t, threeKeys)
+		e.up.SetDefault(upstreamtest.Behavior{PromptCache: true})
+		return rate(e, &conversation{topic: "cache"}, perTurnKey)
+	}
+	before, after := measure(true), measure(false)
+	t.Logf("prompt-cache hit rate of a 6-turn conversation without ids over 3 accounts: before %.0f%%, after %.0f%%", 100*before, 100*after)
+	if after < 0.6 || after < before+0.2 {
+		t.Errorf("hit rate before %.2f, after %.2f: derived affinity did not keep the cache", before, after)
+	}
+}
