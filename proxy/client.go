@@ -96,6 +96,9 @@ func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *f
 		MaxResponseBodySize:           0,
 		MaxConnsPerHost:               cfg.MaxUpstreamConns,
 		MaxConnWaitTimeout:            cfg.ConnWait,
+		// Each request's connection is known to its client's watch, which
+		// closes it if the client leaves before the answer starts.
+		Transport: roundTrip{},
 		Dial: func(addr string) (net.Conn, error) {
 			conn, err := dial(addr)
 			if err != nil {

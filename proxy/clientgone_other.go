@@ -2,8 +2,19 @@
 
 package proxy
 
-import "github.com/valyala/fasthttp"
+import (
+	"net"
+
+	"github.com/valyala/fasthttp"
+)
 
 // clientGone cannot peek at a socket here; a client that left is noticed
 // at the next write instead.
 func clientGone(*fasthttp.RequestCtx) bool { return false }
+
+// watchable is false: a client is not watched here (see clientWatch), and
+// one that leaves is noticed at the next write.
+func watchable(net.Conn) bool { return false }
+
+// awaitLeaving is never called here (watchable).
+func awaitLeaving(net.Conn, bool) bool { return false }

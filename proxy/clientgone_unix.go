@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"errors"
+	"net"
 	"syscall"
 
 	"github.com/valyala/fasthttp"
@@ -35,4 +36,44 @@ func clientGone(ctx *fasthttp.RequestCtx) bool {
 		return true // never wait for readability
 	})
 	return gone
+}
+
+// watchable reports whether awaitLeaving can watch c: it is a socket.
+func watchable(c net.Conn) bool {
+	_, ok := c.(syscall.Conn)
+	return ok
+}
+
+// awaitLeaving waits until the client of c leaves, and reports whether it
+// did; false is a wait ended otherwise (c's read deadline, set to wake
+// it). It peeks at the socket, consuming nothing, and between looks it
+// waits in the network poller for the socket to become readable, so it
+// costs nothing while the client stays quiet. A client that leaves closes
+// its connection or resets it; on a WebSocket (frames) it may first send
+// a close frame, which then is what is seen. Other bytes waiting (a pong,
+// a pipelined request) hide an end of stream behind them: that client is
+// noticed at the next write instead.
+func awaitLeaving(c net.Conn, frames bool) bool {
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return false
+	}
+	left := false
+	err = rc.Read(func(fd uintptr) bool {
+		var b [128]byte // a close frame behind a pong or two: a pong to rotor's ping is 6 bytes
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			// Data that is no goodbye: wait for more. The poller wakes
+			// on new bytes only, so the same bytes are not looked at
+			// again and again.
+			left = n == 0 || frames && goodbye(b[:n])
+			return left
+		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK), errors.Is(err, syscall.EINTR):
+			return false
+		}
+		left = true // reset or another hard error
+		return true
+	})
+	return left && err == nil
 }

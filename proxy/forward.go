@@ -61,7 +61,10 @@ func (s *Server) forward(w responder, r *request) {
 		}
 		r.attempted = append(r.attempted, choice.Account.ID)
 		r.lastIndex = choice.Index
-		ans, f := s.attempt(r, &choice)
+		ans, f := s.watchedAttempt(w, r, &choice)
+		if ans == nil && f == nil {
+			return // the client left as its answer started
+		}
 		if f == nil {
 			r.verdicts = append(r.verdicts, verdictOK)
 			sel.Bind(r.affinityKey, choice.Account.ID)
@@ -72,6 +75,30 @@ func (s *Server) forward(w responder, r *request) {
 			return
 		}
 	}
+}
+
+// watchedAttempt is attempt while the client is watched (clientWatch):
+// if it leaves, the upstream connection is closed, which ends the attempt
+// as a failure failedOver finishes as a client gone. An answer that
+// started as the client left has no one to go to: it is let go, the
+// account is not blamed, the request finished, and both results are nil.
+func (s *Server) watchedAttempt(w responder, r *request, ch *rotation.Choice) (*answer, *failure) {
+	cw := w.watch()
+	r.watch = cw
+	defer cw.stop() // also when attempt panics: no watch outlives its attempt
+	ans, f := s.attempt(r, ch)
+	left := cw.stop()
+	r.watch = nil
+	if !left || ans == nil {
+		return ans, f
+	}
+	s.runtime().Record(ch.Account.ID, rotation.Answered, ans.resp.StatusCode(), time.Time{})
+	releaseHeld(ans.pending)
+	closeStream(ans.resp, errClientGone)
+	fasthttp.ReleaseResponse(ans.resp)
+	r.verdicts = append(r.verdicts, verdictOK)
+	s.finish(r, ending{status: statusClientClosed, code: codeClientClosed, answered: true})
+	return nil, nil
 }
 
 // skip keeps out of r the accounts it must not use: those whose adapter
@@ -97,6 +124,7 @@ func (s *Server) skip(r *request, a *accounts.Account) string {
 // request has been answered.
 func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *failure) bool {
 	r.verdicts = append(r.verdicts, f.verdict)
+	r.upstreamAnswered = r.upstreamAnswered || f.answered()
 	row := &failover[f.verdict]
 	gone := w.gone()
 	if !gone {
@@ -113,7 +141,7 @@ func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *fai
 	case gone:
 		// Nobody is waiting: no more attempts, and nobody is blamed for
 		// an answer no one asked for any more.
-		s.finish(r, ending{status: statusClientClosed, code: codeClientClosed})
+		s.finish(r, ending{status: statusClientClosed, code: codeClientClosed, answered: r.upstreamAnswered})
 		return false
 	case !row.rotate:
 		s.refuse(w, r, row.respond(ch.Index, f), nil)
@@ -148,7 +176,15 @@ type failure struct {
 	upstreamID string
 	endpoint   string // where the attempt went, scheme://host:port
 	message    string // outBadRequest: why rotor could not make the upstream's body
+	// own: rotor failed before asking the upstream (no usable secret, a
+	// body it could not make), though the failure has a status.
+	own bool
 }
+
+// answered reports whether f is an upstream's answer, if a failed one (a
+// status it sent, or its stream's failure): not a failure to reach it,
+// nor rotor's own.
+func (f *failure) answered() bool { return f.status != 0 && !f.own }
 
 // attempt sends r to the account of ch, refreshing a token that is about
 // to expire first, and once more after a 401, trying again on the same
@@ -159,7 +195,7 @@ func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
 	if err != nil {
 		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
-		return nil, &failure{verdict: verdictUnauthorized, status: 401, err: err}
+		return nil, &failure{verdict: verdictUnauthorized, status: 401, err: err, own: true}
 	}
 	refresh := ad.Refreshes() && s.deps.Refresher != nil
 	refreshed := false
@@ -229,7 +265,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	}
 	body, sh, err := ad.body(r)
 	if err != nil {
-		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error()}
+		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error(), own: true}
 	}
 	body = r.wire(s.forAccount(r, ad, a, sec, body))
 	sh = s.listsAliases(r, a.Kind, sh)
@@ -245,6 +281,9 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	ad.setHeaders(&req.Header, a.ChatGPTAccountID, *sec)
 	if r.op != opModels {
 		req.SetBodyRaw(body)
+	}
+	if r.watch != nil {
+		req.SetUserValue(watchKey{}, r.watch) // roundTrip attaches the connection to it
 	}
 	resp := fasthttp.AcquireResponse()
 	if err := rt.client.Do(req, resp); err != nil {
@@ -336,6 +375,9 @@ type ending struct {
 	ttfb   time.Duration
 	err    error // why an answer broke after it started
 	warn   bool  // an answer that did not complete
+	// answered: an upstream answered the request, if with an error rotor
+	// passed on or answered for; choice set says so too (a relay).
+	answered bool
 }
 
 // statusClientClosed and codeClientClosed record a client that left.
@@ -349,6 +391,7 @@ const (
 // A request refused before it was read (guard, route, size) is logged
 // but not recorded.
 func (s *Server) finish(r *request, e ending) {
+	r.finished = true
 	now := s.deps.Clock.Now()
 	dur := now.Sub(r.start)
 	id, index := "", r.lastIndex
@@ -428,5 +471,5 @@ func (s *Server) refuse(w responder, r *request, spec rerr.Spec, headers func(He
 	spec.RequestID = r.id
 	resp := rerr.Build(spec)
 	w.refuse(resp, headers)
-	s.finish(r, ending{status: resp.Status, code: spec.Code})
+	s.finish(r, ending{status: resp.Status, code: spec.Code, answered: r.upstreamAnswered})
 }

@@ -79,7 +79,7 @@ func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
 			Help: "Tokens the upstream reported, by account, model and type (input, cached input, output)."},
 			[]string{"account", "label", "model", "type"}),
 		ttfb: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rotor_ttfb_seconds",
-			Help:    "Time from a request's arrival to the first byte of its answer, for answered requests.",
+			Help:    "Time from a request's arrival to the first byte of its answer, for every request an upstream answered (errors included).",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rotor_request_duration_seconds",
 			Help:    "Time from a request's arrival to its end, streams included.",
@@ -124,8 +124,16 @@ func (m *metrics) finished(r *request, e *ending, id string, index int, dur time
 		se.cached.Add(float64(t.Cached))
 		se.output.Add(float64(t.Output))
 	}
-	if e.choice != nil && e.ttfb > 0 {
-		m.ttfb.Observe(e.ttfb.Seconds())
+	if e.choice != nil || e.answered {
+		// Every request an upstream answered, errors included: an error
+		// passed on (or answered for) is the first byte of its answer,
+		// sent as rotor finishes it; so is a relayed answer's end when
+		// no byte of it passed.
+		ttfb := e.ttfb
+		if ttfb <= 0 {
+			ttfb = dur
+		}
+		m.ttfb.Observe(ttfb.Seconds())
 	}
 	if r.counted {
 		m.duration.Observe(dur.Seconds())

@@ -84,6 +84,9 @@ func pinnedSpec(ref *rotation.Refusal, skips map[string]string) rerr.Spec {
 // poolExhausted answers with SPEC §4's pool-exhausted payload.
 func (s *Server) poolExhausted(w responder, r *request, ref *rotation.Refusal) {
 	now := s.deps.Clock.Now()
+	if !ref.AllRateLimited && !ref.ResetAt.IsZero() && s.onlyLimitsLeft(r, ref) {
+		ref.AllRateLimited = true
+	}
 	reason := exhaustionReason(r.verdicts, ref)
 	retryAfter, left := ref.RetryAfter, untried(ref)
 	if left {
@@ -115,6 +118,43 @@ func (s *Server) poolExhausted(w responder, r *request, ref *rotation.Refusal) {
 		headers = rateLimited(&spec, ref, now, left)
 	}
 	s.refuse(w, r, spec, headers)
+}
+
+// onlyLimitsLeft reports whether every account that could serve r waits
+// for a usage-limit reset, counting out, besides the disabled and the
+// flagged, those r found without the entitlement (their plan lacks it: no
+// wait changes that). Such a request is a usage limit, as if those
+// accounts were not in the pool: 429, with when to come back; an
+// entitlement refusal met on the way must not hide it.
+func (s *Server) onlyLimitsLeft(r *request, ref *rotation.Refusal) bool {
+	pool := s.deps.Selector.Pool()
+	limited := false
+	for i, why := range ref.SkipReasons {
+		switch why {
+		case rotation.SkipRateLimited:
+			limited = true
+		case rotation.SkipDisabled, rotation.SkipFlagged:
+		case rotation.SkipAlreadyAttempted:
+			a := pool.At(i)
+			if a == nil || !lacksEntitlement(r, a.ID) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return limited
+}
+
+// lacksEntitlement reports whether account id answered r that its plan
+// does not include it.
+func lacksEntitlement(r *request, id string) bool {
+	for i, at := range r.attempted {
+		if at == id && i < len(r.verdicts) && r.verdicts[i] == verdictEntitlement {
+			return true
+		}
+	}
+	return false
 }
 
 // rateLimited dresses spec as a usage limit. Codex CLI reads type

@@ -84,6 +84,9 @@ type request struct {
 	unreachable []string
 	probing     bool
 	netErr      error // the last connect failure, for the client's message
+	// upstreamAnswered: an attempt got an upstream's answer, if a failed
+	// one, so the answer the client gets has a time to first byte.
+	upstreamAnswered bool
 
 	// unbindAll: an account refused a blob rotor did not know to be
 	// foreign, so every blob is taken out of the retry (SPEC §13);
@@ -98,6 +101,9 @@ type request struct {
 	// read once.
 	installationID   string
 	installationRead bool
+	// watch watches the client during the attempt in progress
+	// (watchedAttempt), nil between attempts.
+	watch *clientWatch
 	// dialWait bounds an upstream socket's handshake in place of
 	// ConnectTimeout (dialEarly's, which the client's handshake waits for).
 	dialWait time.Duration
@@ -111,6 +117,9 @@ type request struct {
 	// streaming: its answer is being relayed as a stream, counted in the
 	// open streams until finish.
 	streaming bool
+	// finished: finish has run; a socket's request a bug ended is
+	// finished only if it has not been (socket.panicked).
+	finished bool
 
 	// pooled: the request came from requests and goes back there once
 	// finished (release); handedOff: its answer's relay, or its socket,

@@ -19,6 +19,10 @@ type responder interface {
 	// gone reports whether the client has left, so no more attempts are
 	// made and nobody is blamed for an answer no one waits for.
 	gone() bool
+	// watch watches the client while an attempt waits on the upstream and
+	// nothing is written to it (clientWatch); nil when it cannot be
+	// watched. The caller stops it.
+	watch() *clientWatch
 	// refuse sends a rotor-made error, as rerr.Build made it; headers, if
 	// not nil, adds headers the client reads with it (the x-codex-* quota
 	// of the account waited on).
@@ -35,6 +39,10 @@ type responder interface {
 type httpResponder struct{ ctx *fasthttp.RequestCtx }
 
 func (w httpResponder) gone() bool { return clientGone(w.ctx) }
+
+// watch watches the client's connection, on which fasthttp reads nothing
+// while the handler runs.
+func (w httpResponder) watch() *clientWatch { return newClientWatch(w.ctx.Conn(), false) }
 
 // maxClientRetryWait is the longest wait rotor lets SDK clients sleep
 // through on their own; past it, they are told not to retry.

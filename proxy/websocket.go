@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -137,7 +139,9 @@ func (sk *socket) run(conn *websocket.Conn) {
 		if !sk.begin() {
 			return
 		}
-		sk.handle(frame, tooLarge)
+		if !sk.handle(frame, tooLarge) {
+			return // a bug ended the request, and the socket (panicked)
+		}
 		if !sk.end() {
 			sk.closeGoingAway()
 			return
@@ -175,10 +179,19 @@ func (sk *socket) next() (frame []byte, tooLarge bool, err error) {
 }
 
 // handle answers one frame. Frames other than response.create (such as
-// response.processed) ask for no answer.
-func (sk *socket) handle(frame []byte, tooLarge bool) {
+// response.processed) ask for no answer. It is false when a bug (a
+// panic) ended the request: the socket is closed (panicked).
+func (sk *socket) handle(frame []byte, tooLarge bool) (ok bool) {
 	r := &request{id: newRequestID(), header: &sk.header, transport: transportWebSocket}
 	w := &wsResponder{sk: sk}
+	defer func() {
+		// Nothing above run recovers: a panic here would end the process
+		// and every stream in it.
+		if v := recover(); v != nil {
+			sk.panicked(w, r, v)
+			ok = false
+		}
+	}()
 	switch t := gjson.GetBytes(frame, "type").Str; {
 	case tooLarge:
 		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
@@ -193,7 +206,38 @@ func (sk *socket) handle(frame []byte, tooLarge bool) {
 		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
 			Message: "frame is not a JSON object with a \"type\""}, nil)
 	}
+	return true
 }
+
+// panicked ends a request a bug ended, as the HTTP handler ends its own
+// with a 500: the panic is logged once, with the request id and the
+// stack, and never shown to the client; the request is finished, its
+// relay (and so its upstream connection) closed if it had one; and the
+// socket, in a state no longer known, closes with 1011. The other
+// sockets and requests go on.
+func (sk *socket) panicked(w *wsResponder, r *request, v any) {
+	s := sk.s
+	s.deps.Log.Error().Str("request_id", r.id).Str("socket", sk.id).Str("panic", fmt.Sprint(v)).
+		Bytes("stack", debug.Stack()).Msg("websocket request panic")
+	func() {
+		defer func() { recover() }() // the same bug again: the socket closes all the same
+		switch {
+		case w.relaying != nil:
+			rl := w.relaying
+			w.relaying = nil
+			rl.CloseWithError(errPanicked) // it finishes r
+		case r.counted && !r.finished:
+			s.finish(r, ending{status: 500, code: rerr.ProxyError, warn: true})
+		}
+	}()
+	msg := websocket.FormatCloseMessage(websocket.CloseInternalServerErr,
+		"rotor failed on this request (a bug); its log has request_id "+r.id)
+	sk.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+	sk.conn.Close()
+}
+
+// errPanicked ends the relay of an answer a bug interrupted.
+var errPanicked = errors.New("rotor: a bug ended the answer")
 
 // keepAlive pings the client every socketPing until stop is called; stop
 // returns once the pinging has ended.

@@ -23,6 +23,11 @@ const transportWebSocket = "websocket"
 type wsResponder struct {
 	sk     *socket
 	failed bool // a frame could not be written: the client is gone
+	// watched is the last attempt's watch: its client may have left.
+	watched *clientWatch
+	// relaying is the answer being written, until its relay is closed:
+	// a request a bug ends closes it (socket.panicked).
+	relaying *relay
 
 	// The answer's response id and output items, kept while they fit
 	// maxHistory, so the next request may name the response.
@@ -31,7 +36,14 @@ type wsResponder struct {
 	overflow   bool
 }
 
-func (w *wsResponder) gone() bool { return w.failed }
+func (w *wsResponder) gone() bool { return w.failed || w.watched.hasLeft() }
+
+// watch watches the socket's connection, which run does not read while a
+// request is answered; a close frame is a client leaving too.
+func (w *wsResponder) watch() *clientWatch {
+	w.watched = newClientWatch(w.sk.conn.NetConn(), true)
+	return w.watched
+}
 
 func (w *wsResponder) refuse(resp rerr.Response, headers func(HeaderSetter)) {
 	var hs frameHeaders
@@ -44,6 +56,7 @@ func (w *wsResponder) refuse(resp rerr.Response, headers func(HeaderSetter)) {
 // commit writes the answer event by event. The relay hands over SSE
 // bytes; each data payload leaves as one frame the moment it is read.
 func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body *relay, length int) {
+	w.relaying = body
 	var sc sseScanner
 	sc.onEvent = w.event
 	buf := make([]byte, 16<<10)
@@ -71,6 +84,7 @@ func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body
 			w.write(append(append([]byte(`{"type":"response.completed","response":`), whole...), '}'))
 		}
 	}
+	w.relaying = nil
 	body.CloseWithError(nil) // the relay knows from its own read whether the answer ended
 }
 

@@ -84,6 +84,11 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 			return nil, f, ok
 		}
 	}
+	// The client's watch closes the upstream socket if the client leaves
+	// before the answer starts (clientWatch, watchedAttempt).
+	if !r.watch.attach(sk.up.conn.NetConn()) {
+		return nil, &failure{verdict: verdictNetworkError, err: errClientLeft, endpoint: endpoint}, true
+	}
 	frame := r.frame
 	if r.prior != nil && r.prior.up != sk.up {
 		// The exchange r names was not had on this upstream socket: it
@@ -199,7 +204,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	h.Set("OpenAI-Beta", socketBeta)
 	d := websocket.Dialer{
-		NetDial:           func(_, addr string) (net.Conn, error) { return rt.dial(addr) },
+		NetDial:           dialWatched(r, rt.dial),
 		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
 		EnableCompression: true,
 	}

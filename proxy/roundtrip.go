@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// roundTrip is how every upstream HTTP request goes out: fasthttp's own
+// round trip (its DefaultTransport) with one thing added. The connection
+// the request is sent on is attached to the attempt's clientWatch (the
+// request's watchKey value), from before the request is written until its
+// answer's body is closed, so a client that leaves can close it; and it is
+// detached before fasthttp may hand it to another request. fasthttp's
+// client offers no other way to learn which pooled connection a request
+// uses, nor to cancel one.
+//
+// It does what DefaultTransport does for the client rotor configures
+// (newUpstreamClient): a write deadline of WriteTimeout, no read timeout
+// (idleConn bounds each read), no MaxConnDuration, the body always
+// streamed, the connection returned to the pool once the body is closed
+// cleanly, closed otherwise.
+type roundTrip struct{}
+
+// watchKey is the fasthttp request user value that holds the attempt's
+// clientWatch.
+type watchKey struct{}
+
+// RoundTrip sends req on a connection of hc and reads the start of its
+// answer into resp; retry says whether the failure may be retried on
+// another connection (fasthttp's RetryIfErr then decides).
+func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
+	cw, _ := req.UserValue(watchKey{}).(*clientWatch)
+	if cw.hasLeft() {
+		return false, errClientLeft // a retry after the watch cut the last connection
+	}
+	cc, err := hc.AcquireConn(req.GetTimeOut(), req.ConnectionClose())
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	if !cw.attach(conn) {
+		hc.ReleaseConn(cc) // nothing was written on it
+		return false, errClientLeft
+	}
+	resp.ParseNetConn(conn)
+	if err := writeRequest(hc, conn, req); err != nil {
+		cw.detach(conn)
+		hc.CloseConn(cc)
+		return true, err
+	}
+	br := hc.AcquireReader(conn)
+	inner, err := readAnswer(hc, br, req, resp)
+	keep := err == nil && !req.ConnectionClose() && !resp.ConnectionClose()
+	if inner == nil {
+		cw.detach(conn)
+		hc.ReleaseReader(br)
+		if keep {
+			hc.ReleaseConn(cc)
+		} else {
+			hc.CloseConn(cc)
+		}
+		return err != nil && err != fasthttp.ErrBodyTooLarge, err
+	}
+	resp.SetBodyStream(&upstreamBody{stream: inner.BodyStream(), inner: inner, watch: cw, conn: conn,
+		done: func(clean bool) {
+			hc.ReleaseReader(br)
+			if clean && keep {
+				hc.ReleaseConn(cc)
+			} else {
+				hc.CloseConn(cc)
+			}
+		}}, resp.Header.ContentLength())
+	return false, nil
+}
+
+// writeRequest writes req on conn, within hc's WriteTimeout if it has one.
+func writeRequest(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request) error {
+	var deadline time.Time
+	if hc.WriteTimeout > 0 {
+		deadline = time.Now().Add(hc.WriteTimeout)
+	}
+	if err := conn.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	bw := hc.AcquireWriter(conn)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if x, ok := err.(interface{ Timeout() bool }); ok && x.Timeout() {
+		err = fasthttp.ErrTimeout // as fasthttp says it
+	}
+	return err
+}
+
+// readAnswer reads the answer's head into resp and, when it has a body,
+// returns a response holding that body, not yet read, as a stream over
+// br. fasthttp makes such a stream only inside a Response (ReadBody), and
+// closing it there would not give the connection back, so it is made in
+// a response of its own (inner), which knows only the body's length;
+// resp keeps the head its callers read.
+func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request, resp *fasthttp.Response) (*fasthttp.Response, error) {
+	if hc.DisableHeaderNamesNormalizing {
+		resp.Header.DisableNormalizing()
+	}
+	for {
+		if err := resp.Header.Read(br); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode() != fasthttp.StatusContinue {
+			break
+		}
+	}
+	if s := resp.StatusCode(); resp.SkipBody || req.Header.IsHead() || s < 200 ||
+		s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified {
+		return nil, nil
+	}
+	inner := fasthttp.AcquireResponse()
+	inner.StreamBody = true
+	inner.Header.SetContentLength(resp.Header.ContentLength())
+	if err := inner.ReadBody(br, hc.MaxResponseBodySize); err != nil {
+		fasthttp.ReleaseResponse(inner)
+		return nil, err
+	}
+	return inner, nil
+}
+
+// upstreamBody is an upstream answer's body as rotor reads it
+// (resp.BodyStream). Closing it does what closing fasthttp's own does (the
+// connection back to the pool after a clean end, closed otherwise), once
+// the connection is detached from the watch.
+type upstreamBody struct {
+	stream io.Reader
+	inner  *fasthttp.Response // holds stream
+	watch  *clientWatch
+	conn   net.Conn
+	done   func(clean bool) // gives the connection back, or closes it
+	closed atomic.Bool
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errCut // its stream went back to fasthttp's pool
+	}
+	return b.stream.Read(p)
+}
+
+// CloseWithError ends the body: err nil says it was read to its end, so
+// the connection may serve another request. Only the first call counts.
+func (b *upstreamBody) CloseWithError(err error) error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	b.watch.detach(b.conn)
+	fasthttp.ReleaseResponse(b.inner) // releases the stream, before its reader
+	b.done(err == nil)
+	return nil
+}
