@@ -406,6 +406,7 @@ func (s *Server) finish(r *request, e ending) {
 			Affinity: affinityOf(r, e.choice), Context: contextOf(r)})
 	}
 	s.metrics.finished(r, &e, id, index, dur)
+	s.costs.count(r.model, e.tokens, e.choice, id, index)
 	ev := s.deps.Log.Info()
 	if e.warn {
 		ev = s.deps.Log.Warn()

@@ -22,6 +22,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
@@ -159,6 +160,9 @@ type Deps struct {
 	// IdentityKey is the home's secret each account's installation id is
 	// derived from (home.IdentityKey); nil: a key of this process.
 	IdentityKey []byte
+	// Prices price every finished request's usage in /metrics (SPEC §16);
+	// nil: the prices shipped in the binary.
+	Prices *prices.Table
 }
 
 // Pages answers the dashboard's paths: the only ones that do not take the
@@ -194,6 +198,7 @@ type Server struct {
 	compactions compactions // the requests behind the compactions relayed (SPEC §13)
 	tokens      poolTokens  // the pool's access tokens Codex signed in may send (SPEC §14)
 	metrics     *metrics
+	costs       *costMetrics // the dollars in /metrics (SPEC §16)
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -214,6 +219,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.identities = newIdentities(deps.IdentityKey)
 	s.metrics = newMetrics(deps.Selector, &s.sockets)
+	s.costs = newCostMetrics(deps.Prices, deps.Selector, s.metrics.reg)
 	s.setKey(cfg.ClientKey)
 	s.exits = newExits(&s.cfg)
 	s.srv = &fasthttp.Server{

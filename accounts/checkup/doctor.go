@@ -18,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/aliases"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/oauth"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 )
 
@@ -92,6 +93,7 @@ var doctorChecks = []struct {
 	{"pin", checkPin},
 	{"state", checkState},
 	{"aliases", checkAliases},
+	{"prices", checkPrices},
 	{"proxy", checkProxy},
 }
 
@@ -398,6 +400,21 @@ func checkAliases(r *doctorRun) []Check {
 		return nil
 	}
 	return []Check{{"aliases", StatusOK, fmt.Sprintf("%d model alias(es)", len(list))}}
+}
+
+// checkPrices reports a prices.json that cannot be read, naming it and
+// what is wrong: until it is mended, usage is priced with the shipped
+// prices, and no command overwrites it. Nothing when there is no file.
+func checkPrices(r *doctorRun) []Check {
+	tab, err := prices.Load(r.c.d.Dir)
+	switch {
+	case err != nil:
+		return []Check{{"prices", StatusWarn, err.Error() + " Until then rotor report, the dashboard and /metrics use the shipped prices."}}
+	case tab.About().File == "":
+		return nil
+	}
+	a := tab.About()
+	return []Check{{"prices", StatusOK, fmt.Sprintf("%s prices %d model(s), of %s, over the shipped prices of %s", home.PricesFile, len(a.FileModels), a.FileDate, a.Date)}}
 }
 
 func checkDuplicates(r *doctorRun) []Check {

@@ -113,6 +113,37 @@ func TestDoctorReadsTheAliases(t *testing.T) {
 	h.SameAs(before)
 }
 
+// A damaged prices.json is named with what is wrong in it and what
+// prices stand in; doctor and fix leave it as it is. A readable one is
+// described.
+func TestDoctorReadsThePrices(t *testing.T) {
+	t.Parallel()
+	h := newTestHome(t)
+	h.write(hometest.APIKey("work", "sk-work"))
+	if c := check(h.checkup().Doctor(context.Background()), "prices"); c.Status != "missing" {
+		t.Errorf("no prices.json, yet a check: %+v", c)
+	}
+	path := h.Path(home.PricesFile)
+	os.WriteFile(path, []byte(`{"version":1,"date":"2025-12-01","models":{"gpt-5":{"input":2,"cached_input":0.2,"output":20}}}`), 0o600)
+	if c := check(h.checkup().Doctor(context.Background()), "prices"); c.Status != checkup.StatusOK ||
+		c.Detail != "prices.json prices 1 model(s), of 2025-12-01, over the shipped prices of 2025-11-20" {
+		t.Errorf("readable prices: %s %q", c.Status, c.Detail)
+	}
+	const bad = `{"version":1,"date":"2025-12-01","models":{"gpt-5":{"input":2,"cached_input":0.2,"output":-20}}}`
+	os.WriteFile(path, []byte(bad), 0o600)
+	before := h.Files()
+	c := check(h.checkup().Doctor(context.Background()), "prices")
+	if c.Status != checkup.StatusWarn || !strings.Contains(c.Detail, path) || !strings.Contains(c.Detail, `"output" price -20 is negative`) ||
+		!strings.Contains(c.Detail, "remove it") || !strings.Contains(c.Detail, "shipped table (of 2025-11-20)") || !strings.Contains(c.Detail, "use the shipped prices") {
+		t.Errorf("damaged prices: %s %q", c.Status, c.Detail)
+	}
+	h.SameAs(before)
+	h.checkup().Fix(context.Background(), checkup.FixOptions{})
+	if data, _ := os.ReadFile(path); string(data) != bad {
+		t.Errorf("fix rewrote prices.json: %s", data)
+	}
+}
+
 func TestDoctorUnreadableStoreNamesTheBackup(t *testing.T) {
 	t.Parallel()
 	h := newTestHome(t)

@@ -26,6 +26,11 @@ const (
 	AliasesFile = "aliases.json"
 	AliasesLock = AccountsLock
 
+	// PricesFile overrides the model prices shipped in the binary (SPEC
+	// §16). The user writes it; rotor only reads it, and never rewrites
+	// it, not even a damaged one.
+	PricesFile = "prices.json"
+
 	// ClientKeyFile holds the stable client key with the file secrets
 	// backend; with the keyring, ClientKeyMark (no secret in it) changes
 	// whenever the key in the keyring does, so serves notice with a stat.

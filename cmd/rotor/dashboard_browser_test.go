@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+
+	"github.com/rotorproxy/rotor/accounts/prices"
 )
 
 // browserRun is what became of the browser test, for "make test"'s last
@@ -43,10 +45,11 @@ func chromium(t *testing.T) string {
 
 // The dashboard in a real headless Chromium, as a user meets it: the link
 // from `rotor dashboard` logs in; the page shows each account's state, its
-// quota bars and the usage charts; a click on Pin shows up in `rotor
-// rotation status`; `rotor switch` in a terminal shows up on the page
-// within 2 s. Screenshots at 1280×800 and 390×844, light and dark, are
-// saved under .cache/.
+// quota bars, the usage charts and the money card (what the usage cost
+// and was worth); a click on Pin shows up in `rotor rotation status`;
+// `rotor switch` in a terminal shows up on the page within 2 s.
+// Screenshots at 1280×800 and 390×844, light and dark, are saved under
+// .cache/.
 func TestDashboardInABrowser(t *testing.T) {
 	bin := chromium(t)
 	defer func() {
@@ -138,6 +141,26 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	if w := eval(`parseFloat(document.querySelector('article[data-index="3"] .bar > span').style.width)`); w != 62 {
 		t.Errorf("dana's primary bar is %v%% wide, want 62%%", w)
+	}
+	// The money card: the usage records at prices.json's prices, as
+	// `rotor report` prints amounts (SPEC §16).
+	want, _ := d.money(t)
+	for _, w := range []string{"1h", "24h", "7d"} {
+		row := `#money tr[data-window="` + w + `"] `
+		for _, c := range []struct {
+			class string
+			usd   prices.USD
+		}{{"cost", want.Cost}, {"value", want.Value}, {"saved", want.Saved}} {
+			if got := text(row + "." + c.class); got != usd(c.usd) || got == "$0" {
+				t.Errorf("money card, %s %s: %q, want %q", w, c.class, got, usd(c.usd))
+			}
+		}
+		if got := text(row + ".unpriced"); got != "-" {
+			t.Errorf("money card, %s unpriced: %q", w, got)
+		}
+	}
+	if s := text("#money .prices"); !strings.Contains(s, "OpenAI list prices of 2025-11-20") || !strings.Contains(s, "1 model(s) from "+d.h.path("prices.json")+" of 2025-12-01") {
+		t.Errorf("money card prices: %q", s)
 	}
 	if n := eval(`document.querySelectorAll("#chart-requests svg rect").length`); n == 0 {
 		t.Error("the requests chart drew no bar")

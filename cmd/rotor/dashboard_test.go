@@ -5,26 +5,31 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/proxy/dashboard"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 	"github.com/rotorproxy/rotor/rotation/view"
 )
 
 // dashboardPool is a real `rotor serve` with three accounts as a user
 // would see them: alice at her usage limit (met through a failover), bob
 // serving, and dana, a ChatGPT account with quota windows known. Requests
-// have gone through it, so usage.jsonl has records to chart.
+// have gone through it, so usage.jsonl has records to chart, priced with
+// the home's prices.json (dashPrices).
 type dashboardPool struct {
 	h    *cliHome
 	p    *raceProc
@@ -61,24 +66,28 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(h.path("prices.json"), []byte(dashPrices), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	p := raceServe(t, rotorBin, h.env, "serve")
-	for i := 0; up.Count("sk-dash-alice") == 0 || i < 4; i++ {
-		if i == 12 {
+	sent := 0
+	for ; up.Count("sk-dash-alice") == 0 || sent < 4; sent++ {
+		if sent == 12 {
 			t.Fatal("alice was never tried")
 		}
 		if code, body, err := raceRequest(p); err != nil || code != 200 {
-			t.Fatalf("request %d: %d %v %.200s", i, code, err, body)
+			t.Fatalf("request %d: %d %v %.200s", sent, code, err, body)
 		}
 	}
 	// serve writes usage records behind the answers, within 100 ms.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		data, _ := os.ReadFile(h.path("usage.jsonl"))
-		if bytes.Count(data, []byte("\n")) >= 4 {
+		if bytes.Count(data, []byte("\n")) >= sent {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("usage.jsonl has %d records 5 s after the requests, want 4", bytes.Count(data, []byte("\n")))
+			t.Fatalf("usage.jsonl has %d records 5 s after the requests, want %d", bytes.Count(data, []byte("\n")), sent)
 		}
 	}
 	var tokens struct {
@@ -88,6 +97,34 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 	return &dashboardPool{h: h, p: p, base: strings.TrimSuffix(p.url, "/v1"),
 		secrets: []string{raceClientKey, "sk-dash-alice", "sk-dash-bob", tokens.Tokens["access_token"],
 			tokens.Tokens["refresh_token"], tokens.Tokens["id_token"]}}
+}
+
+// dashPrices is the dashboard pool's prices.json: gpt-5, which every
+// request asks for, at prices of its own, so the page and /metrics show
+// that the serve priced with it. hello.sse's 1280 input tokens, 1024 of
+// them cached, and 9 output come to 256×$2 + 1024×$0.2 + 9×$20 per 1M:
+// $0.0008968 a request; the cache saves 1024×$1.8 per 1M.
+const dashPrices = `{"version":1,"date":"2025-12-01","models":{"gpt-5":{"input":2,"cached_input":0.2,"output":20}}}`
+
+// money is what the serve's usage records come to at the home's prices,
+// each as its account's kind says: what the page and /metrics must show.
+func (d *dashboardPool) money(t *testing.T) (total prices.Sum, records int) {
+	t.Helper()
+	tab, err := prices.Load(d.h.dir)
+	if err != nil || tab.About().FileDate != "2025-12-01" {
+		t.Fatalf("prices.json: %v", err)
+	}
+	pool := d.h.pool()
+	usage.Read(d.h.dir, func(u usage.Record) {
+		if u.Tokens != nil {
+			tab.Add(&total, kindOf(pool, u.AccountID), u.Model, u.Tokens.Input, u.Tokens.Cached, u.Tokens.Output)
+			records++
+		}
+	})
+	if records < 4 || !closeUSD(total.Cost+total.Value, prices.USD(records)*0.0008968) || !closeUSD(total.Saved, prices.USD(records)*0.0018432) {
+		t.Fatalf("%d records price to %+v, want $0.0008968 each", records, total)
+	}
+	return total, records
 }
 
 // login is a fresh one-time login link from `rotor dashboard`.
@@ -134,6 +171,39 @@ func (d *dashboardPool) do(t *testing.T, r wireReq) (*http.Response, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
+}
+
+// closeUSD reports whether two sums of the same amounts, added in another
+// order, agree to a billionth of a cent.
+func closeUSD(a, b prices.USD) bool { return math.Abs(float64(a-b)) < 1e-11 }
+
+// metricSum sums the samples of name in a Prometheus text exposition whose
+// labels include every one of want (as name="value").
+func metricSum(t *testing.T, exposition, name string, want ...string) float64 {
+	t.Helper()
+	var sum float64
+	for _, line := range strings.Split(exposition, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			t.Fatalf("cannot read %q", line)
+		}
+		match := true
+		for _, w := range want {
+			match = match && strings.Contains(labels, w)
+		}
+		if match {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				t.Fatalf("cannot read %q: %v", line, err)
+			}
+			sum += v
+		}
+	}
+	return sum
 }
 
 func cmpOr(s, def string) string {
@@ -240,6 +310,19 @@ func TestDashboardOnTheWire(t *testing.T) {
 	if len(snap.Usage.Recent) < 4 || len(snap.Usage.Accounts) != 3 || len(snap.Usage.Hours) != 24 || len(snap.Usage.Days) != 7 {
 		t.Errorf("state usage: %d recent, %d accounts", len(snap.Usage.Recent), len(snap.Usage.Accounts))
 	}
+	// The money card's figures: the records at prices.json's prices, the
+	// API keys' as cost, dana's as value, in every window (SPEC §16).
+	want, _ := d.money(t)
+	money := snap.Usage.Money
+	if p := money.Prices; p.Date != "2025-11-20" || p.FileDate != "2025-12-01" || p.File != d.h.path("prices.json") {
+		t.Errorf("card prices: %+v", p)
+	}
+	for name, got := range map[string]prices.Sum{"1h": money.Hour, "24h": money.Day, "7d": money.Week} {
+		if !closeUSD(got.Cost, want.Cost) || !closeUSD(got.Value, want.Value) || !closeUSD(got.Saved, want.Saved) ||
+			got.Unknown != 0 || len(got.Unpriced) != 0 || got.Cost == 0 {
+			t.Errorf("card %s: %+v, want %+v", name, got, want)
+		}
+	}
 
 	// The live stream sends a snapshot at once.
 	req, _ := http.NewRequest("GET", d.base+"/dashboard/events", nil)
@@ -271,8 +354,19 @@ func TestDashboardOnTheWire(t *testing.T) {
 
 	// The metrics take the cookie in place of the key (SPEC §12), under the
 	// same Host and Origin checks.
-	if resp, body := d.do(t, wireReq{path: "/metrics", cookie: cookie}); resp.StatusCode != 200 || !strings.Contains(body, "rotor_requests_total") {
+	resp, body := d.do(t, wireReq{path: "/metrics", cookie: cookie})
+	if resp.StatusCode != 200 || !strings.Contains(body, "rotor_requests_total") {
 		t.Errorf("GET /metrics with the cookie: %d %.200s", resp.StatusCode, body)
+	}
+	// The same dollars in /metrics, at the same prices.
+	if got := metricSum(t, body, "rotor_cost_usd_total", `kind="cost"`, `model="gpt-5"`); !closeUSD(prices.USD(got), want.Cost) {
+		t.Errorf("rotor_cost_usd_total cost %v, want %v", got, want.Cost)
+	}
+	if got := metricSum(t, body, "rotor_cost_usd_total", `kind="value"`); !closeUSD(prices.USD(got), want.Value) {
+		t.Errorf("rotor_cost_usd_total value %v, want %v", got, want.Value)
+	}
+	if got := metricSum(t, body, "rotor_cache_saved_usd_total"); !closeUSD(prices.USD(got), want.Saved) {
+		t.Errorf("rotor_cache_saved_usd_total %v, want %v", got, want.Saved)
 	}
 	if resp, _ := d.do(t, wireReq{path: "/metrics", cookie: cookie, origin: "http://evil.example"}); resp.StatusCode != 403 {
 		t.Errorf("GET /metrics with the cookie from a foreign Origin: %d", resp.StatusCode)

@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/checkup"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 	"github.com/rotorproxy/rotor/rotation/view"
@@ -29,6 +30,8 @@ type usageCounts struct {
 	// CacheHitRate is cached ÷ input tokens, null without input (SPEC §12).
 	CacheHitRate *float64       `json:"cache_hit_rate"`
 	Affinity     affinityCounts `json:"affinity"`
+	// Money is the usage in dollars at the report's prices (SPEC §16).
+	Money prices.Sum `json:"money"`
 }
 
 // affinityCounts are the requests session affinity kept on their
@@ -38,9 +41,9 @@ type affinityCounts struct {
 	Moved int64 `json:"moved"`
 }
 
-func toUsageCounts(c *usage.Counts) usageCounts {
+func toUsageCounts(c *usage.Counts, money prices.Sum) usageCounts {
 	out := usageCounts{Requests: c.Requests, Errors: c.Errors, ErrorsByCode: map[string]int64{},
-		ByStatus: map[string]int64{}, Tokens: c.Tokens, Affinity: affinityCounts{c.AffinityKept, c.AffinityMoved}}
+		ByStatus: map[string]int64{}, Tokens: c.Tokens, Affinity: affinityCounts{c.AffinityKept, c.AffinityMoved}, Money: money}
 	if rate, ok := c.Tokens.CacheHitRate(); ok {
 		out.CacheHitRate = &rate
 	}
@@ -87,6 +90,8 @@ type usageBody struct {
 	OldestRecord *string                `json:"oldest_record"`
 	Windows      map[string]usageWindow `json:"windows"`
 	Error        *string                `json:"error"`
+	// Prices are where the prices of every money field come from.
+	Prices pricesBody `json:"prices"`
 }
 
 // accountRef finds an account id's index and label in pool (nil: removed).
@@ -102,27 +107,28 @@ func accountRef(pool *accounts.Pool, id string) (*int, *string) {
 	return &i, &label
 }
 
-func toUsageBody(dir string, rep usage.Report, err error, pool *accounts.Pool) usageBody {
+func toUsageBody(dir string, rep usage.Report, err error, pool *accounts.Pool, pr pricing, money []windowMoney) usageBody {
 	b := usageBody{Path: filepath.Join(dir, home.UsageFile), Records: rep.Records, SkippedLines: rep.Skipped,
-		OldestRecord: view.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}}
+		OldestRecord: view.TimeOrNil(rep.Oldest), Windows: map[string]usageWindow{}, Prices: pr.body()}
 	if err != nil {
 		msg := err.Error()
 		b.Error = &msg
 	}
-	for _, w := range rep.Windows {
-		uw := usageWindow{Since: w.Since.UTC().Format(time.RFC3339), Total: toUsageCounts(&w.Total),
+	for i, w := range rep.Windows {
+		m := &money[i]
+		uw := usageWindow{Since: w.Since.UTC().Format(time.RFC3339), Total: toUsageCounts(&w.Total, m.Total),
 			ByAccount: []usageAccount{}, ByModel: []usageModel{}}
 		for id, c := range w.ByAccount {
 			idx, label := accountRef(pool, id)
-			uw.ByAccount = append(uw.ByAccount, usageAccount{Index: idx, AccountID: id, Label: label, usageCounts: toUsageCounts(c)})
+			uw.ByAccount = append(uw.ByAccount, usageAccount{Index: idx, AccountID: id, Label: label, usageCounts: toUsageCounts(c, sumOr(m.ByAccount[id]))})
 		}
 		// Accounts in pool order, removed ones last (by id).
 		slices.SortFunc(uw.ByAccount, func(x, y usageAccount) int {
 			xi, yi := indexOr(x.Index), indexOr(y.Index)
 			return cmp.Or(cmp.Compare(xi, yi), strings.Compare(x.AccountID, y.AccountID))
 		})
-		for m, c := range w.ByModel {
-			uw.ByModel = append(uw.ByModel, usageModel{Model: m, usageCounts: toUsageCounts(c)})
+		for model, c := range w.ByModel {
+			uw.ByModel = append(uw.ByModel, usageModel{Model: model, usageCounts: toUsageCounts(c, sumOr(m.ByModel[model]))})
 		}
 		// Busiest model first.
 		slices.SortFunc(uw.ByModel, func(x, y usageModel) int {
@@ -168,7 +174,9 @@ func cmdReport(a *app, args []string) error {
 		fc = &f
 	}
 	rep, uerr := usage.Summarize(st.Dir(), now, usage.ReportWindows)
-	usage := toUsageBody(st.Dir(), rep, uerr, pool)
+	pr := loadPricing(st.Dir())
+	money := priceReport(rep, pr.tab, pool)
+	usage := toUsageBody(st.Dir(), rep, uerr, pool, pr, money)
 	if *asJSON {
 		var fb *ForecastBody
 		if fc != nil {
@@ -182,7 +190,7 @@ func cmdReport(a *app, args []string) error {
 			Usage       usageBody           `json:"usage"`
 		}{now.UTC().Format(time.RFC3339), health, fb, usage})
 	} else {
-		err = printReport(a.stdout, a.palette(), now, health, fc, rep, uerr, pool)
+		err = printReport(a.stdout, a.palette(), now, health, fc, rep, uerr, pool, usageMoney{pr, money})
 	}
 	if err != nil {
 		return err
@@ -193,7 +201,14 @@ func cmdReport(a *app, args []string) error {
 	return nil
 }
 
-func printReport(w io.Writer, pal palette, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep usage.Report, uerr error, pool *accounts.Pool) error {
+// usageMoney is the usage priced for the report, window by window, and
+// the prices that did it.
+type usageMoney struct {
+	pr    pricing
+	money []windowMoney
+}
+
+func printReport(w io.Writer, pal palette, now time.Time, h checkup.StoreHealth, fc *rotation.Forecast, rep usage.Report, uerr error, pool *accounts.Pool, um usageMoney) error {
 	fmt.Fprintf(w, "rotor report, %s\n\n", now.Format("2006-01-02 15:04 MST"))
 	printStoreHealth(w, h)
 	if fc != nil {
@@ -203,7 +218,7 @@ func printReport(w io.Writer, pal palette, now time.Time, h checkup.StoreHealth,
 		}
 	}
 	fmt.Fprintln(w)
-	return printUsage(w, now, rep, uerr, pool)
+	return printUsage(w, now, rep, uerr, pool, um)
 }
 
 func printStoreHealth(w io.Writer, h checkup.StoreHealth) {
@@ -277,9 +292,10 @@ func hitRate(t *usage.Tokens) string {
 	return fmt.Sprintf("%.1f%%", 100*rate)
 }
 
-// printUsage writes the totals per window, then, for each window with
-// requests, the split by account and by model and the errors by code.
-func printUsage(w io.Writer, now time.Time, rep usage.Report, uerr error, pool *accounts.Pool) error {
+// printUsage writes the totals per window and what they come to in
+// dollars, then, for each window with requests, the split by account and
+// by model and the errors by code.
+func printUsage(w io.Writer, now time.Time, rep usage.Report, uerr error, pool *accounts.Pool, um usageMoney) error {
 	if uerr != nil {
 		fmt.Fprintf(w, "Usage:   cannot read the usage log: %v\n", uerr)
 		return nil
@@ -296,6 +312,7 @@ func printUsage(w io.Writer, now time.Time, rep usage.Report, uerr error, pool *
 		fmt.Fprintf(tw, "  %s\t%s\n", s.Window.Name, usageRow(&s.Total))
 	}
 	tw.Flush()
+	printMoney(w, rep, um.money, um.pr)
 	shown := int64(-1)
 	for i := range rep.Windows {
 		s := &rep.Windows[i]
@@ -308,54 +325,60 @@ func printUsage(w io.Writer, now time.Time, rep usage.Report, uerr error, pool *
 			continue
 		}
 		shown = s.Total.Requests
-		fmt.Fprintf(w, "\nLast %s:\n", s.Window.Name)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ACCOUNT\t"+usageCols)
-		ids := make([]string, 0, len(s.ByAccount))
-		for id := range s.ByAccount {
-			ids = append(ids, id)
-		}
-		slices.SortFunc(ids, func(x, y string) int {
-			xi, _ := accountRef(pool, x)
-			yi, _ := accountRef(pool, y)
-			return cmp.Or(cmp.Compare(indexOr(xi), indexOr(yi)), strings.Compare(x, y))
-		})
-		for _, id := range ids {
-			name := id + " (removed)"
-			if i, label := accountRef(pool, id); i != nil {
-				name = fmt.Sprintf("%d %s", *i, *label)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\n", name, usageRow(s.ByAccount[id]))
-		}
-		tw.Flush()
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  MODEL\t"+usageCols)
-		models := make([]string, 0, len(s.ByModel))
-		for m := range s.ByModel {
-			models = append(models, m)
-		}
-		slices.SortFunc(models, func(x, y string) int {
-			return cmp.Or(cmp.Compare(s.ByModel[y].Requests, s.ByModel[x].Requests), strings.Compare(x, y))
-		})
-		for _, m := range models {
-			fmt.Fprintf(tw, "  %s\t%s\n", orDash(m), usageRow(s.ByModel[m]))
-		}
-		tw.Flush()
-		if len(s.Total.ErrorsByCode) > 0 {
-			codes := make([]string, 0, len(s.Total.ErrorsByCode))
-			for c := range s.Total.ErrorsByCode {
-				codes = append(codes, c)
-			}
-			slices.SortFunc(codes, func(x, y string) int {
-				return cmp.Or(cmp.Compare(s.Total.ErrorsByCode[y], s.Total.ErrorsByCode[x]), strings.Compare(x, y))
-			})
-			parts := make([]string, len(codes))
-			for i, c := range codes {
-				parts[i] = fmt.Sprintf("%s %d", c, s.Total.ErrorsByCode[c])
-			}
-			fmt.Fprintf(w, "  errors: %s\n", strings.Join(parts, ", "))
-		}
+		printWindow(w, s, pool, &um.money[i])
 	}
 	return nil
+}
+
+// printWindow writes one window's split by account and by model, each
+// with its dollars, and its errors by code.
+func printWindow(w io.Writer, s *usage.Summary, pool *accounts.Pool, m *windowMoney) {
+	fmt.Fprintf(w, "\nLast %s:\n", s.Window.Name)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ACCOUNT\t"+usageCols+"\tUSD")
+	ids := make([]string, 0, len(s.ByAccount))
+	for id := range s.ByAccount {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y string) int {
+		xi, _ := accountRef(pool, x)
+		yi, _ := accountRef(pool, y)
+		return cmp.Or(cmp.Compare(indexOr(xi), indexOr(yi)), strings.Compare(x, y))
+	})
+	for _, id := range ids {
+		name := id + " (removed)"
+		if i, label := accountRef(pool, id); i != nil {
+			name = fmt.Sprintf("%d %s", *i, *label)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, usageRow(s.ByAccount[id]), accountMoney(m.ByAccount[id]))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  MODEL\t"+usageCols+"\tAT API PRICES")
+	models := make([]string, 0, len(s.ByModel))
+	for m := range s.ByModel {
+		models = append(models, m)
+	}
+	slices.SortFunc(models, func(x, y string) int {
+		return cmp.Or(cmp.Compare(s.ByModel[y].Requests, s.ByModel[x].Requests), strings.Compare(x, y))
+	})
+	for _, model := range models {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", orDash(model), usageRow(s.ByModel[model]), modelMoney(m.ByModel[model]))
+	}
+	tw.Flush()
+	if len(s.Total.ErrorsByCode) > 0 {
+		codes := make([]string, 0, len(s.Total.ErrorsByCode))
+		for c := range s.Total.ErrorsByCode {
+			codes = append(codes, c)
+		}
+		slices.SortFunc(codes, func(x, y string) int {
+			return cmp.Or(cmp.Compare(s.Total.ErrorsByCode[y], s.Total.ErrorsByCode[x]), strings.Compare(x, y))
+		})
+		parts := make([]string, len(codes))
+		for i, c := range codes {
+			parts[i] = fmt.Sprintf("%s %d", c, s.Total.ErrorsByCode[c])
+		}
+		fmt.Fprintf(w, "  errors: %s\n", strings.Join(parts, ", "))
+	}
 }

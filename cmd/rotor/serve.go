@@ -26,6 +26,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy"
@@ -184,6 +185,9 @@ type serveHome struct {
 	usage   *usage.Log
 	clock   clock.Clock
 	aliases *aliases.Live
+	// prices price the usage in /metrics and on the dashboard (SPEC §16),
+	// read once at the start.
+	prices *prices.Table
 }
 
 // openServeHome loads st's pool, opens the selector over the shared
@@ -212,6 +216,7 @@ func (a *app) openServeHome(st *accounts.Store, sec secrets.Store, account strin
 		h.usage.Close()
 		return nil, err
 	}
+	h.prices = openPrices(st.Dir(), log)
 	if account != "" {
 		i, err := h.pool.Resolve(account)
 		if err != nil {
@@ -236,6 +241,18 @@ func openAliases(dir string) (*aliases.Live, error) {
 	return live, nil
 }
 
+// openPrices is the price table of the home dir. A damaged prices.json
+// does not stop the serve: it is logged (rotor doctor names it too), and
+// the shipped prices stand in until a serve starts with it mended.
+func openPrices(dir string, log zerolog.Logger) *prices.Table {
+	tab, err := prices.Load(dir)
+	if err != nil {
+		log.Warn().Err(err).Msg("cannot read prices.json; pricing usage with the shipped prices")
+		return prices.Shipped()
+	}
+	return tab
+}
+
 // newServer builds the proxy over h, configured by o and guarded by key,
 // with its token refresh (which flags an account whose refresh token is
 // dead) and its dashboard, which it returns too: a serve on the stable
@@ -248,9 +265,10 @@ func (a *app) newServer(o proxyOptions, key string, h *serveHome, log zerolog.Lo
 	})
 	deps.Refresher, deps.Adopter = refresher, refresher
 	pages := dashboard.New(dashboard.Config{ClientKey: key, Pool: h.sel, Store: h.st, Clock: h.clock, Log: log,
-		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second)})
+		Usage: dashboard.NewUsage(usage.NewTail(h.st.Dir()), 2*time.Second, h.prices)})
 	deps.Pages = pages
 	deps.Aliases = h.aliases
+	deps.Prices = h.prices
 	var err error
 	if deps.IdentityKey, err = home.IdentityKey(h.st.Dir()); err != nil {
 		// Not fatal: each account is then shown an id of this process.

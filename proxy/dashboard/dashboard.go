@@ -24,6 +24,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
@@ -335,9 +336,11 @@ func (d *Dashboard) snapshot() []byte {
 	v := view.StatusOf(d.cfg.Pool, rows)
 	cards := make([]card, len(rows))
 	index := make(map[string]int, len(rows))
+	kinds := make(map[string]accounts.Kind, len(rows))
 	for i, r := range rows {
 		cards[i] = card{Account: v.Accounts[i], Kind: string(r.Account.Kind), Enabled: r.Account.Enabled, Pinned: r.Pinned}
 		index[r.Account.ID] = r.Index
+		kinds[r.Account.ID] = r.Account.Kind
 	}
 	now := d.cfg.Clock.Now()
 	out := struct {
@@ -347,7 +350,7 @@ func (d *Dashboard) snapshot() []byte {
 		Next               view.Pick `json:"next"`
 		Accounts           []card    `json:"accounts"`
 		Usage              UsageView `json:"usage"`
-	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, index)}
+	}{now.UTC().Format(time.RFC3339Nano), v.PinnedAccountIndex, v.PinSource, v.Next, cards, d.cfg.Usage.View(now, index, kinds)}
 	b, err := json.Marshal(out)
 	if err != nil {
 		d.cfg.Log.Error().Err(err).Msg("dashboard snapshot")
@@ -355,15 +358,16 @@ func (d *Dashboard) snapshot() []byte {
 	return b
 }
 
-// Usage keeps the running sums the charts and the recent requests need:
-// requests and tokens per account per hour for the last 7 days, and the
-// last 50 records. It follows the usage log (usage.Tail), reading
+// Usage keeps the running sums the charts, the money card and the recent
+// requests need: requests, tokens and their price per account per hour
+// for the last 7 days, and the last 50 records. It follows the usage log (usage.Tail), reading
 // only what was appended, at most once per interval: however long the log
 // and however busy the proxy, the dashboard holds a few kilobytes per
 // account and reads each record once.
 type Usage struct {
 	tail     Tail
 	interval time.Duration
+	prices   *prices.Table
 
 	mu     sync.Mutex
 	lookAt time.Time
@@ -383,11 +387,19 @@ type Tail interface {
 type bucket struct {
 	requests int
 	tokens   usage.Tokens
+	// money is the bucket's usage at the table's prices, all of it as of
+	// unknown kind (Sum.Unknown): the view tells cost from value by the
+	// account's kind (kindMoney).
+	money prices.Sum
 }
 
-// NewUsage follows tail, reading it at most once per interval.
-func NewUsage(tail Tail, interval time.Duration) *Usage {
-	return &Usage{tail: tail, interval: interval, hours: map[string]map[int64]*bucket{}, minutes: map[string]map[int64]*bucket{}}
+// NewUsage follows tail, reading it at most once per interval, and prices
+// its records with table (nil: the shipped prices).
+func NewUsage(tail Tail, interval time.Duration, table *prices.Table) *Usage {
+	if table == nil {
+		table = prices.Shipped()
+	}
+	return &Usage{tail: tail, interval: interval, prices: table, hours: map[string]map[int64]*bucket{}, minutes: map[string]map[int64]*bucket{}}
 }
 
 // UsageView is the usage part of a snapshot.
@@ -398,6 +410,19 @@ type UsageView struct {
 	Days     []string       `json:"days"`
 	Accounts []AccountUsage `json:"accounts"`
 	Recent   []Recent       `json:"recent"`
+	// Money is the pool's usage in dollars over the last 1 h, 24 h and
+	// 7 d (SPEC §16).
+	Money Money `json:"money"`
+}
+
+// Money is what the pool's usage cost (API-key accounts), was worth at
+// API prices (ChatGPT accounts) and saved by the prompt cache, per window
+// (the cache hit rate's), and the prices behind it.
+type Money struct {
+	Prices prices.About `json:"prices"`
+	Hour   prices.Sum   `json:"1h"`
+	Day    prices.Sum   `json:"24h"`
+	Week   prices.Sum   `json:"7d"`
 }
 
 // AccountUsage is one account's requests and tokens per bucket.
@@ -442,8 +467,9 @@ type Recent struct {
 // recentRequests is how many the page lists (SPEC §8).
 const recentRequests = 50
 
-// View buckets the usage at now; index maps account ids to indexes.
-func (u *Usage) View(now time.Time, index map[string]int) UsageView {
+// View buckets the usage at now; index maps account ids to indexes and
+// kinds to their kinds.
+func (u *Usage) View(now time.Time, index map[string]int, kinds map[string]accounts.Kind) UsageView {
 	hour0 := now.Truncate(time.Hour).Add(-23 * time.Hour)
 	day0 := now.Truncate(24*time.Hour).AddDate(0, 0, -6)
 	v := UsageView{Hours: make([]string, 24), Days: make([]string, 7), Accounts: []AccountUsage{}, Recent: []Recent{}}
@@ -454,11 +480,13 @@ func (u *Usage) View(now time.Time, index map[string]int) UsageView {
 		v.Days[i] = day0.AddDate(0, 0, i).UTC().Format(time.RFC3339)
 	}
 	if u == nil {
+		v.Money.Prices = prices.Shipped().About()
 		return v
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.update(now)
+	v.Money = u.moneyView(now, hour0, day0, kinds)
 	per := make([]*AccountUsage, len(index)+1)
 	for id, idx := range index {
 		per[idx] = u.accountView(id, idx, now, hour0, day0)
@@ -506,6 +534,50 @@ func (u *Usage) accountView(id string, idx int, now, hour0, day0 time.Time) *Acc
 	return a
 }
 
+// moneyView adds up every account's buckets in dollars over the same
+// windows as the cache hit rate: the minutes of the last hour, the 24
+// hours from hour0, the 7 days from day0. Callers hold mu.
+func (u *Usage) moneyView(now, hour0, day0 time.Time, kinds map[string]accounts.Kind) Money {
+	m := Money{Prices: u.prices.About()}
+	for id, byStart := range u.hours {
+		var day, week prices.Sum
+		for h, b := range byStart {
+			at := time.Unix(h, 0)
+			if i := int(at.Sub(hour0) / time.Hour); i >= 0 && i < 24 {
+				day.Merge(&b.money)
+			}
+			if i := int(at.Sub(day0) / (24 * time.Hour)); i >= 0 && i < 7 {
+				week.Merge(&b.money)
+			}
+		}
+		m.Day.Merge(kindMoney(&day, kinds[id]))
+		m.Week.Merge(kindMoney(&week, kinds[id]))
+	}
+	for id, byStart := range u.minutes {
+		var hour prices.Sum
+		for start, b := range byStart {
+			if now.Sub(time.Unix(start, 0)) < time.Hour {
+				hour.Merge(&b.money)
+			}
+		}
+		m.Hour.Merge(kindMoney(&hour, kinds[id]))
+	}
+	return m
+}
+
+// kindMoney is s, all of it of unknown kind, as an account of kind k
+// spent it: cost for an API key, value for a ChatGPT account, unknown
+// still for an account no longer in the pool.
+func kindMoney(s *prices.Sum, k accounts.Kind) *prices.Sum {
+	switch k {
+	case accounts.KindAPIKey:
+		s.Cost, s.Unknown = s.Unknown, 0
+	case accounts.KindChatGPT:
+		s.Value, s.Unknown = s.Unknown, 0
+	}
+	return s
+}
+
 // update reads what the log gained, at most once per interval, and drops
 // the hours that fell out of the last 7 days. Callers hold mu.
 func (u *Usage) update(now time.Time) {
@@ -518,9 +590,13 @@ func (u *Usage) update(now time.Time) {
 		if r.Time.Unix() < since {
 			return
 		}
-		addTo(u.hours, r.AccountID, r.Time.Truncate(time.Hour).Unix(), r)
+		var money prices.Sum
+		if t := r.Tokens; t != nil {
+			u.prices.Add(&money, "", r.Model, t.Input, t.Cached, t.Output)
+		}
+		addTo(u.hours, r.AccountID, r.Time.Truncate(time.Hour).Unix(), r, &money)
 		if now.Sub(r.Time) < time.Hour {
-			addTo(u.minutes, r.AccountID, r.Time.Truncate(time.Minute).Unix(), r)
+			addTo(u.minutes, r.AccountID, r.Time.Truncate(time.Minute).Unix(), r, &money)
 		}
 		u.recent[u.n%recentRequests] = r
 		u.n++
@@ -532,8 +608,9 @@ func (u *Usage) update(now time.Time) {
 	dropBefore(u.minutes, now.Add(-time.Hour).Unix())
 }
 
-// addTo counts r in the bucket of account id that starts at start.
-func addTo(buckets map[string]map[int64]*bucket, id string, start int64, r usage.Record) {
+// addTo counts r, which came to money, in the bucket of account id that
+// starts at start.
+func addTo(buckets map[string]map[int64]*bucket, id string, start int64, r usage.Record, money *prices.Sum) {
 	byStart := buckets[id]
 	if byStart == nil {
 		byStart = map[int64]*bucket{}
@@ -548,6 +625,7 @@ func addTo(buckets map[string]map[int64]*bucket, id string, start int64, r usage
 	if r.Tokens != nil {
 		b.tokens.Add(*r.Tokens)
 	}
+	b.money.Merge(money)
 }
 
 // dropBefore drops the buckets that start before since, and the accounts

@@ -1,9 +1,14 @@
 package dashboard
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
@@ -34,7 +39,7 @@ func TestUsageViewCacheHitRate(t *testing.T) {
 		rec(3*24*time.Hour, "a", 4000, 4000),
 		rec(2*time.Hour, "b", 0, 0), // no input: no rate
 	}}
-	v := NewUsage(log, time.Second).View(now, map[string]int{"a": 1, "b": 2})
+	v := NewUsage(log, time.Second, nil).View(now, map[string]int{"a": 1, "b": 2}, nil)
 	if len(v.Accounts) != 2 {
 		t.Fatalf("accounts %+v", v.Accounts)
 	}
@@ -50,5 +55,62 @@ func TestUsageViewCacheHitRate(t *testing.T) {
 	}
 	if b.Hour != nil || b.Day != nil || b.Week != nil {
 		t.Errorf("account b sent no input, yet has rates %+v", b)
+	}
+}
+
+// The money card's figures (SPEC §16): each window's records priced at
+// the table's prices, an API key's as cost, a ChatGPT account's as value,
+// a removed account's as of unknown kind; cached input's saving; an
+// unknown model's tokens apart, in no amount.
+func TestUsageViewMoney(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 30, 0, 0, time.UTC)
+	rec := func(ago time.Duration, id, model string, input, cached, output int64) usage.Record {
+		return usage.Record{Time: now.Add(-ago), AccountID: id, Model: model, Status: 200,
+			Tokens: &usage.Tokens{Input: input, Cached: cached, Output: output, Total: input + output}}
+	}
+	recs := []usage.Record{
+		// $0.75 + $0.05 + $2 = $2.80 of cost; saved $0.45.
+		rec(10*time.Minute, "key", "gpt-5", 1_000_000, 400_000, 200_000),
+		// gpt-5-mini, $0.25 + $0.20 = $0.45 of value.
+		rec(3*time.Hour, "cg", "gpt-5-mini-2025-08-07", 1_000_000, 0, 100_000),
+		rec(20*time.Minute, "cg", "mystery", 700, 0, 300),
+		// o3 output: $8, two days back, on an account since removed.
+		rec(2*24*time.Hour, "gone", "o3", 0, 0, 1_000_000),
+		{Time: now.Add(-time.Minute), AccountID: "key", Model: "gpt-5", Status: 502},
+	}
+	kinds := map[string]accounts.Kind{"key": accounts.KindAPIKey, "cg": accounts.KindChatGPT}
+	index := map[string]int{"key": 1, "cg": 2}
+	m := NewUsage(&records{recs: recs}, time.Second, nil).View(now, index, kinds).Money
+	for _, c := range []struct {
+		name string
+		got  prices.Sum
+		want prices.Sum
+	}{
+		{"1h", m.Hour, prices.Sum{Cost: 2.8, Saved: 0.45, Unpriced: map[string]int64{"mystery": 1000}}},
+		{"24h", m.Day, prices.Sum{Cost: 2.8, Value: 0.45, Saved: 0.45, Unpriced: map[string]int64{"mystery": 1000}}},
+		{"7d", m.Week, prices.Sum{Cost: 2.8, Value: 0.45, Unknown: 8, Saved: 0.45, Unpriced: map[string]int64{"mystery": 1000}}},
+	} {
+		got, _ := json.Marshal(c.got)
+		want, _ := json.Marshal(c.want)
+		if string(got) != string(want) {
+			t.Errorf("%s: %s, want %s", c.name, got, want)
+		}
+	}
+	if m.Prices.Date != "2025-11-20" || m.Prices.File != "" {
+		t.Errorf("prices %+v", m.Prices)
+	}
+
+	// The home's prices.json prices the same records otherwise.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "prices.json"), []byte(`{"version":1,"date":"2025-12-01","models":{
+		"gpt-5":{"input":2,"cached_input":0.2,"output":20},"mystery":{"input":1,"cached_input":1,"output":1}}}`), 0o600)
+	tab, err := prices.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = NewUsage(&records{recs: recs}, time.Second, tab).View(now, index, kinds).Money
+	// 600k × $2 + 400k × $0.2 + 200k × $20 = $5.28; mystery: 1000 × $1 per 1M.
+	if m.Hour.Cost != 5.28 || m.Hour.Value != 0.001 || m.Hour.Saved != 0.72 || len(m.Hour.Unpriced) != 0 || m.Prices.FileDate != "2025-12-01" {
+		t.Errorf("at prices.json's prices: %+v", m)
 	}
 }

@@ -62,10 +62,28 @@ type Summary struct {
 	Total     Counts
 	ByAccount map[string]*Counts
 	ByModel   map[string]*Counts
+	// Tokens are the tokens of the window's records per account and
+	// model: what a price table prices (SPEC §16), since a price is a
+	// model's and what it means depends on the account's kind.
+	Tokens map[AccountModel]*Tokens
+}
+
+// AccountModel names the records of one account id and one model.
+type AccountModel struct {
+	AccountID, Model string
 }
 
 func (s *Summary) add(u *Record) {
 	s.Total.add(u)
+	if u.Tokens != nil {
+		k := AccountModel{u.AccountID, u.Model}
+		t := s.Tokens[k]
+		if t == nil {
+			t = &Tokens{}
+			s.Tokens[k] = t
+		}
+		t.Add(*u.Tokens)
+	}
 	for _, kv := range []struct {
 		m   map[string]*Counts
 		key string
@@ -99,7 +117,7 @@ func Summarize(dir string, now time.Time, windows []Window) (Report, error) {
 	rep := Report{Windows: make([]Summary, len(windows))}
 	for i, w := range windows {
 		rep.Windows[i] = Summary{Window: w, Since: now.Add(-w.Span),
-			ByAccount: map[string]*Counts{}, ByModel: map[string]*Counts{}}
+			ByAccount: map[string]*Counts{}, ByModel: map[string]*Counts{}, Tokens: map[AccountModel]*Tokens{}}
 	}
 	skipped, err := Read(dir, func(u Record) {
 		rep.Records++

@@ -72,6 +72,11 @@ func TestUsageSummaryWindows(t *testing.T) {
 	if week.ByAccount["a2"].Tokens.Input != 100 || week.Total.Tokens.Cached != 80 || week.Total.Tokens.Reasoning != 10 {
 		t.Errorf("7d tokens: %+v / %+v", week.ByAccount["a2"].Tokens, week.Total.Tokens)
 	}
+	// Tokens per account and model, what prices apply to (SPEC §16): only
+	// records with tokens.
+	if len(week.Tokens) != 2 || *week.Tokens[AccountModel{"a1", "gpt-5"}] != *tok || *week.Tokens[AccountModel{"a2", "gpt-5"}] != *tok {
+		t.Errorf("7d tokens by account and model: %v", week.Tokens)
+	}
 }
 
 func TestUsageSkipsDamagedLines(t *testing.T) {

@@ -169,6 +169,49 @@ function compact(v) {
   return v >= 1e6 ? (v / 1e6).toFixed(1) + "M" : v >= 1e3 ? (v / 1e3).toFixed(1) + "k" : String(v);
 }
 
+// usd is an amount as `rotor report` prints it: cents from a dollar up,
+// and below it up to hundredths of a cent ($0.45, $0.2375, $0.0005).
+function usd(v) {
+  const a = Math.abs(v);
+  if (v === 0) return "$0";
+  if (a < 0.00005) return "<$0.0001";
+  if (a < 1) {
+    let s = v.toFixed(4);
+    while (s.endsWith("0") && s.length - s.indexOf(".") > 3) s = s.slice(0, -1);
+    return "$" + s;
+  }
+  return "$" + v.toFixed(2);
+}
+
+const WINDOWS = [["1h", "1 h"], ["24h", "24 h"], ["7d", "7 d"]];
+
+// renderMoney fills the cost card (SPEC §16): what the API keys cost, what
+// the ChatGPT accounts' usage was worth at API prices, what the prompt
+// cache saved, per window; tokens of a model without a price are counted
+// apart, never as free.
+function renderMoney() {
+  const m = snap.usage.money;
+  const unpriced = (s) => Object.values(s.unpriced_tokens || {}).reduce((a, b) => a + b, 0);
+  const th = (text) => el("th", { scope: "col" }, text);
+  const head = el("tr", {}, th("Last"), th("Cost (API keys)"), th("Value (ChatGPT)"), th("Saved by cache"), th("Unpriced tokens"));
+  const rows = WINDOWS.map(([k, name]) => {
+    const s = m[k];
+    const n = unpriced(s);
+    return el("tr", { "data-window": k }, el("th", { scope: "row" }, name),
+      el("td", { class: "cost" }, usd(s.cost_usd)), el("td", { class: "value" }, usd(s.value_usd)),
+      el("td", { class: "saved" }, usd(s.saved_usd)), el("td", { class: "unpriced" }, n ? compact(n) : "-"));
+  });
+  const notes = [];
+  let src = `Prices: OpenAI list prices of ${m.prices.date} (shipped)`;
+  if (m.prices.file) src += `; ${m.prices.file_models.length} model(s) from ${m.prices.file} of ${m.prices.file_date}`;
+  notes.push(el("p", { class: "note prices" }, src + ". Value is what ChatGPT accounts' usage would have cost at these prices."));
+  const week = m["7d"];
+  const models = Object.keys(week.unpriced_tokens || {});
+  if (models.length) notes.push(el("p", { class: "note unpriced-models" }, "No price for " + models.join(", ") + " (add them to prices.json)."));
+  if (week.unknown_kind_usd) notes.push(el("p", { class: "note" }, `Accounts no longer in the pool, 7 d: ${usd(week.unknown_kind_usd)} at API prices.`));
+  document.getElementById("money").replaceChildren(el("div", { class: "scroll" }, el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows))), ...notes);
+}
+
 function renderCharts() {
   const u = snap.usage;
   const day = span === "7d";
@@ -193,6 +236,7 @@ function render() {
   const box = document.getElementById("accounts");
   box.replaceChildren(...(snap.accounts.length ? snap.accounts.map(card)
     : [el("p", {}, "No accounts yet. Add one with \"rotor import codex\", \"rotor login\" or \"rotor add-key\".")]));
+  renderMoney();
   renderCharts();
   const body = document.querySelector("#recent tbody");
   body.replaceChildren(...snap.usage.recent.map((r) => el("tr", {},

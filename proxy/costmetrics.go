@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/prices"
+	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
+)
+
+// costMetrics are the dollars in GET /metrics (SPEC §16): every finished
+// request's usage priced at the serve's price table, as finish records
+// it.
+//
+//   - rotor_cost_usd_total{account,model,kind}: kind "cost" for what an
+//     API-key account's usage cost, "value" for what a ChatGPT account's
+//     would have cost at API prices.
+//   - rotor_cache_saved_usd_total{account,model}: what cached input saved.
+//   - rotor_unpriced_tokens_total{account,kind}: the input and output
+//     tokens of models the table does not know, which are in no amount
+//     above (unpriced, never free).
+//
+// Labels stay bounded: account is the index in the pool; model is the
+// name the table prices a model under (a dated snapshot counts under its
+// base model), so it takes no value the table does not hold, and an
+// unknown model takes none at all.
+type costMetrics struct {
+	table    *prices.Table
+	sel      *rotation.Selector
+	cost     *prometheus.CounterVec
+	saved    *prometheus.CounterVec
+	unpriced *prometheus.CounterVec
+	series   readMostly[costKey, *costSeries]
+}
+
+// costKey is the label set a request's money is counted under; model is
+// "" for a model the table does not know.
+type costKey struct {
+	index int
+	model string
+	kind  accounts.Kind
+}
+
+// costSeries are the counters of one label set, resolved once: cost and
+// saved for a priced model, unpriced for the others.
+type costSeries struct {
+	cost, saved, unpriced prometheus.Counter
+}
+
+// costKinds are the kind label of each account kind.
+var costKinds = map[accounts.Kind]string{accounts.KindAPIKey: "cost", accounts.KindChatGPT: "value"}
+
+// newCostMetrics registers the cost counters on reg, pricing with table
+// (nil: the shipped prices).
+func newCostMetrics(table *prices.Table, sel *rotation.Selector, reg *prometheus.Registry) *costMetrics {
+	if table == nil {
+		table = prices.Shipped()
+	}
+	c := &costMetrics{table: table, sel: sel,
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_cost_usd_total",
+			Help: "USD at the price table's prices of the usage of priced models, by account, model and kind: cost (API-key accounts) or value (ChatGPT accounts, at API prices)."},
+			[]string{"account", "model", "kind"}),
+		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_cache_saved_usd_total",
+			Help: "USD cached input saved at the price table's prices, by account and model."},
+			[]string{"account", "model"}),
+		unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_unpriced_tokens_total",
+			Help: "Input and output tokens of models the price table does not know (in no USD total), by account and kind."},
+			[]string{"account", "kind"}),
+	}
+	reg.MustRegister(c.cost, c.saved, c.unpriced)
+	return c
+}
+
+// count prices the tokens t of a request for model, served by the account
+// ch chose, or else by the account id at index (0: none, nothing to
+// price).
+func (c *costMetrics) count(model string, t *usage.Tokens, ch *rotation.Choice, id string, index int) {
+	if t == nil || index <= 0 {
+		return
+	}
+	var kind accounts.Kind
+	if ch != nil {
+		kind = ch.Account.Kind
+	} else if a := c.sel.Pool().At(index); a != nil && a.ID == id {
+		kind = a.Kind
+	}
+	if costKinds[kind] == "" {
+		return // an account since replaced at its index: its kind is unknown
+	}
+	name, p, ok := c.table.Lookup(model)
+	se := c.series.get(costKey{index: index, model: name, kind: kind}, c.newSeries)
+	if !ok {
+		se.unpriced.Add(float64(max(t.Input, 0) + max(t.Output, 0)))
+		return
+	}
+	se.cost.Add(float64(p.Cost(t.Input, t.Cached, t.Output)))
+	se.saved.Add(float64(p.Saved(min(t.Cached, t.Input))))
+}
+
+// newSeries resolves the children of k's label set. It is always kept:
+// every part of the key is bounded.
+func (c *costMetrics) newSeries(k costKey, _ int) (*costSeries, bool) {
+	account, kind := strconv.Itoa(k.index), costKinds[k.kind]
+	if k.model == "" {
+		return &costSeries{unpriced: c.unpriced.WithLabelValues(account, kind)}, true
+	}
+	return &costSeries{cost: c.cost.WithLabelValues(account, k.model, kind),
+		saved: c.saved.WithLabelValues(account, k.model)}, true
+}
