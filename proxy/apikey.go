@@ -39,4 +39,15 @@ func (apiKeyAdapter) body(r *request) ([]byte, answerForm, error) {
 	return r.body, formAsIs, nil
 }
 
-func (apiKeyAdapter) refuses(*request) string { return "" }
+// refuses keeps API keys away from Codex's models catalog while a ChatGPT
+// account can answer it: an API key's list is OpenAI's, which Codex
+// cannot read as its catalog (SPEC §14).
+func (apiKeyAdapter) refuses(r *request) string {
+	if r.codexCatalog {
+		return skipNotCatalog
+	}
+	return ""
+}
+
+// skipNotCatalog is the skip reason of an API key for Codex's catalog.
+const skipNotCatalog = "not-a-codex-catalog"

@@ -236,7 +236,7 @@ func (s *Server) disown(r *request) {
 	if r.encoded || !bytes.Contains(r.body, encryptedKey) && r.prior == nil {
 		return
 	}
-	mark(gjson.GetBytes(r.body, "input"))
+	mark(viewField(r.body, "input"))
 	if r.prior != nil {
 		for _, p := range r.prior.parts {
 			if bytes.Contains(p, encryptedKey) {

@@ -35,9 +35,14 @@ func (s *Server) serve(w responder, r *request) {
 func (s *Server) forward(w responder, r *request) {
 	sel := s.deps.Selector
 	pick := rotation.Request{AffinityKey: r.affinityKey}
+	r.codexCatalog = r.op == opModels && r.codexClient && slices.ContainsFunc(sel.Pool().Accounts,
+		func(a accounts.Account) bool {
+			_, flagged := a.Flagged()
+			return a.Kind == accounts.KindChatGPT && a.Enabled && !flagged
+		})
 	for {
 		pick.Attempted, pick.Skip = r.attempted, nil
-		if r.chat.Unsupported != "" || len(r.unreachable) > 0 || s.endpoints.anyDown() {
+		if r.chat.Unsupported != "" || r.codexCatalog || len(r.unreachable) > 0 || s.endpoints.anyDown() {
 			pick.Skip = func(a *accounts.Account) string { return s.skip(r, a) }
 		}
 		// At most min(usable accounts, MaxAttempts) attempts: every pick is

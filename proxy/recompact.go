@@ -130,7 +130,7 @@ func compactionSource(r *request) (src compactSource, ok bool) {
 		scanBody(r.frame, &sc)
 		body = rewriteFrame(r.frame, sc.members, r.wholeInput(), new(fasthttp.RequestHeader))
 	}
-	input := gjson.GetBytes(body, "input").Array()
+	input := viewField(body, "input").Array()
 	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
 		return src, false
 	}
@@ -197,7 +197,7 @@ func compactionItem(ans *answer) gjson.Result {
 	var sc sseScanner
 	sc.onEvent = func(e event) {
 		if e.typ == "response.output_item.done" {
-			find(gjson.Parse(eventField(e.data, "item").Raw)) // a copy: the scanner reuses e.data
+			find(gjson.Parse(viewField(e.data, "item").Raw)) // a copy: the scanner reuses e.data
 		}
 	}
 	sc.feed(body)

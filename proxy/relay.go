@@ -211,14 +211,14 @@ func (rl *relay) onEvent(e event) {
 	}
 	switch {
 	case e.typ == "response.output_item.done" && bytes.Contains(e.data, encryptedKey):
-		item := eventField(e.data, "item")
+		item := viewField(e.data, "item")
 		rl.s.mints.learnItem(item, rl.choice.Account.ID)
 		if rl.compactSrc != nil {
 			rl.s.compactions.keepItem(item, *rl.compactSrc) // a compaction v2's
 		}
 	case e.typ == "codex.response.metadata" || e.typ == "response.metadata":
 		// A socket's turn state comes in an event, not a header.
-		rl.s.learnTurnState([]byte(eventField(e.data, "headers.x-codex-turn-state").Str), rl.choice.Account.ID)
+		rl.s.learnTurnState([]byte(viewField(e.data, "headers.x-codex-turn-state").Str), rl.choice.Account.ID)
 	}
 }
 

@@ -42,8 +42,11 @@ type request struct {
 	scan        scanned
 	chat        chat.Request // op == opChat
 	codexClient bool         // a models request from Codex CLI: it gets the catalog as is
-	model       string
-	affinityKey string
+	// codexCatalog: Codex's catalog is asked for and a ChatGPT account
+	// could answer it, so no API key is asked (apiKeyAdapter.refuses).
+	codexCatalog bool
+	model        string
+	affinityKey  string
 	// fallbackAffinity is the conversation of a request that names none:
 	// a socket's requests stay together (socket.create).
 	fallbackAffinity string
@@ -240,11 +243,11 @@ func derivedAffinity(r *request) string {
 	h.Write([]byte{0})
 	var turns gjson.Result
 	if r.op == opChat {
-		turns = gjson.GetBytes(r.body, "messages")
+		turns = viewField(r.body, "messages")
 	} else {
-		h.Write([]byte(gjson.GetBytes(r.body, "instructions").Raw))
+		h.Write([]byte(viewField(r.body, "instructions").Raw))
 		h.Write([]byte{0})
-		turns = gjson.GetBytes(r.body, "input")
+		turns = viewField(r.body, "input")
 		if !turns.IsArray() {
 			return "" // one turn as a string: no conversation to keep
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // Codex signed in as itself (SPEC §14) sends its own access token where
@@ -144,24 +145,28 @@ func TestBackendCallsPassThroughAsTheirAccount(t *testing.T) {
 }
 
 // The limits an answer shows Codex are the pool's, whichever account
-// served it: one nearly spent serves, another has room, and Codex sees
-// the room (SPEC §14), over HTTP and in a socket's codex.rate_limits.
+// served it: one nearly spent serves a conversation bound to it, another
+// has room, and Codex sees the room (SPEC §14), over HTTP and in a
+// socket's codex.rate_limits.
 func TestStreamedLimitsDescribeThePool(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "full"}, {accounts.KindChatGPT, "room"}})
-	quota := func(used string) map[string]string {
-		return map[string]string{"x-codex-primary-used-percent": used, "x-codex-primary-window-minutes": "300",
-			"x-codex-primary-reset-after-seconds": "3600", "x-codex-plan-type": "plus"}
-	}
-	e.up.Set("room", upstreamtest.Behavior{Headers: quota("10")})
-	e.up.Set("full", upstreamtest.Behavior{Headers: quota("97"), Stream: "rate_limits_spent.sse"})
-	compatPrefer(e, 2)
-	readAll(t, e.do("POST", "/v1/responses", streamBody))
+	e.up.Set("full", upstreamtest.Behavior{Stream: "rate_limits_spent.sse", Headers: map[string]string{
+		"x-codex-primary-used-percent": "97", "x-codex-primary-window-minutes": "300",
+		"x-codex-primary-reset-after-seconds": "3600", "x-codex-plan-type": "plus"}})
+	// The conversation starts on "full" while nothing is known of either.
 	compatPrefer(e, 1)
-	resp := e.do("POST", "/v1/responses", streamBody)
+	readAll(t, e.do("POST", "/v1/responses", streamBody, "session_id", "s-pool"))
+	if servedBy(t, e.up) != "full" {
+		t.Fatalf("the conversation did not start on the account steered to")
+	}
+	// Then "room" is known to have room, as its backend's usage says.
+	e.sel.Runtime().SetQuota(e.id(2), rotation.Quota{Primary: &rotation.Window{UsedPercent: 10, WindowMinutes: 300,
+		ResetsAt: time.Now().Add(time.Hour)}, PlanType: "plus"})
+	resp := e.do("POST", "/v1/responses", streamBody, "session_id", "s-pool")
 	body := readAll(t, resp)
 	if servedBy(t, e.up) != "full" {
-		t.Fatalf("the nearly spent account did not serve")
+		t.Fatalf("affinity did not keep the conversation on its nearly spent account")
 	}
 	if got := resp.Header.Get("x-codex-primary-used-percent"); got != "10" {
 		t.Errorf("the client was shown %s%% used, not the pool's 10%%", got)
@@ -178,13 +183,14 @@ func TestStreamedLimitsDescribeThePool(t *testing.T) {
 	if q := e.state(1).Quota; q == nil || q.Primary == nil || q.Primary.UsedPercent != 97 {
 		t.Errorf("the serving account's own quota was not kept: %+v", q)
 	}
-	// The same on a socket.
-	c := e.openSocket()
+	// The same conversation on a socket: its first frame shows the pool.
+	c := e.openSocket("session_id", "s-pool")
 	got := turn(t, c, `{"type":"response.create","model":"gpt-5","input":[`+userOne+`]}`)
-	if servedBy(t, e.up) == "full" {
-		if d := got[0].data; gjson.GetBytes(d, "type").Str != "codex.rate_limits" || gjson.GetBytes(d, "rate_limits.primary.used_percent").Float() != 10 {
-			t.Errorf("the socket's first frame: %s", d)
-		}
+	if servedBy(t, e.up) != "full" {
+		t.Fatalf("the socket did not keep the conversation's account")
+	}
+	if d := got[0].data; gjson.GetBytes(d, "type").Str != "codex.rate_limits" || gjson.GetBytes(d, "rate_limits.primary.used_percent").Float() != 10 {
+		t.Errorf("the socket's first frame: %s", d)
 	}
 }
 
@@ -228,4 +234,24 @@ func TestATokenCodexRefreshedItselfIsAdopted(t *testing.T) {
 	if n := asked.Load(); n > 2 {
 		t.Errorf("the linked files were read %d times for strangers", n)
 	}
+}
+
+// Codex's models catalog comes from a ChatGPT account while one can
+// answer: an API key's OpenAI list is not a catalog Codex can read.
+func TestCodexCatalogComesFromAChatGPTAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindChatGPT, "c1"}, {accounts.KindAPIKey, "k2"}})
+	for range 4 {
+		resp := e.do("GET", "/v1/models?client_version=0.169.0", "")
+		if body := readAll(t, resp); resp.StatusCode != 200 || !gjson.Get(body, "models").IsArray() {
+			t.Fatalf("Codex's catalog: %d %.200s", resp.StatusCode, body)
+		}
+	}
+	for _, r := range e.up.Requests() {
+		if r.Token != "c1" {
+			t.Errorf("an API key was asked for Codex's catalog: %s %s", r.Token, r.Path)
+		}
+	}
+	// Any other client's list may come from any account.
+	readAll(t, e.do("GET", "/v1/models", ""))
 }

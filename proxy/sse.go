@@ -24,7 +24,7 @@ type event struct {
 // readEvent reads the type of one event's data. The event, and what is
 // read from it, points into data and must not outlive it.
 func readEvent(data []byte) event {
-	return event{data: data, typ: eventField(data, "type").Str}
+	return event{data: data, typ: viewField(data, "type").Str}
 }
 
 // bootstrapEvents come before any output; holding them back keeps the
@@ -44,11 +44,11 @@ func (e event) failure() string {
 	var code, msg gjson.Result
 	switch e.typ {
 	case "response.failed":
-		code, msg = eventField(e.data, "response.error.code"), eventField(e.data, "response.error.message")
+		code, msg = viewField(e.data, "response.error.code"), viewField(e.data, "response.error.message")
 	case "error":
-		code, msg = eventField(e.data, "error.code"), eventField(e.data, "error.message")
+		code, msg = viewField(e.data, "error.code"), viewField(e.data, "error.message")
 		if code.Str == "" && msg.Str == "" {
-			code, msg = eventField(e.data, "code"), eventField(e.data, "message")
+			code, msg = viewField(e.data, "code"), viewField(e.data, "message")
 		}
 	default:
 		return ""
@@ -79,9 +79,9 @@ func (e event) final() bool {
 func (e event) tokens() *usage.Tokens {
 	switch {
 	case e.final(), e.typ == "response.failed":
-		return usageOf(eventField(e.data, "response.usage"))
+		return usageOf(viewField(e.data, "response.usage"))
 	case e.typ == "":
-		return usageOf(eventField(e.data, "usage"))
+		return usageOf(viewField(e.data, "usage"))
 	}
 	return nil
 }
@@ -96,10 +96,12 @@ func (e event) quota(clk clock.Clock) *rotation.Quota {
 	return quotaFromEvent(clk.Now(), e.data)
 }
 
-// eventField reads path in an event's data as gjson.GetBytes does, without
-// copying what it finds: it runs on every event of every stream. The
-// result points into data, so nothing of it may outlive data.
-func eventField(data []byte, path string) gjson.Result {
+// viewField reads path in JSON data (an event's, a request body) as
+// gjson.GetBytes does, without copying what it finds: it runs on every
+// event of every stream, and on bodies of megabytes, where GetBytes would
+// copy a whole history. The result points into data, so nothing of it may
+// outlive data.
+func viewField(data []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
 }
 

@@ -32,6 +32,32 @@ type usageLimits struct {
 	RateLimit *limitStatus `json:"rate_limit"`
 	// ReachedType is set only when the pool waits for a usage limit.
 	ReachedType *limitReachedType `json:"rate_limit_reached_type,omitempty"`
+	// ResetCredits are the pool's banked rate-limit reset credits: the
+	// sum of what the accounts' backends last reported (SPEC §14, §15);
+	// left out while no account's are known.
+	ResetCredits *resetCredits `json:"rate_limit_reset_credits,omitempty"`
+}
+
+// resetCredits is the backend's rate_limit_reset_credits.
+type resetCredits struct {
+	AvailableCount int `json:"available_count"`
+}
+
+// poolResetCredits sums the reset credits rows' live accounts reported;
+// nil when none did.
+func poolResetCredits(rows []rotation.AccountStatus) *resetCredits {
+	var sum *resetCredits
+	for i := range rows {
+		r := &rows[i]
+		if r.Quota == nil || r.Quota.ResetCredits == nil || r.State == rotation.SkipDisabled || r.State == rotation.SkipFlagged {
+			continue
+		}
+		if sum == nil {
+			sum = &resetCredits{}
+		}
+		sum.AvailableCount += *r.Quota.ResetCredits
+	}
+	return sum
 }
 
 // limitStatus is the backend's RateLimitStatusDetails.
@@ -84,7 +110,8 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown 
 	rows := sel.Status()
 	if i, _ := sel.Next(); i > 0 && i <= len(rows) && rows[i-1].State == "available" {
 		r := &rows[i-1]
-		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true})}, i
+		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true}),
+			ResetCredits: poolResetCredits(rows)}, i
 	}
 	// Next names a process-pinned account even when it cannot serve; the
 	// refusal says why and until when, as the proxy itself would answer.
@@ -100,7 +127,7 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown 
 	case !ref.ResetAt.IsZero():
 		back = comesBackAt(rows, ref.ResetAt)
 	}
-	out := usageLimits{PlanType: planUnknown, RateLimit: st}
+	out := usageLimits{PlanType: planUnknown, RateLimit: st, ResetCredits: poolResetCredits(rows)}
 	q := ref.SoonestQuota
 	if back != nil {
 		out.PlanType, q = planOf(back), back.Quota
@@ -251,7 +278,7 @@ func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (rewrote bool)
 // the SSE bytes b.
 func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
-		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && eventField(data, "type").Str == "codex.rate_limits" {
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && viewField(data, "type").Str == "codex.rate_limits" {
 			if q := quotaFromEvent(now, data); q != nil {
 				set(q)
 			}
@@ -313,7 +340,7 @@ func rewriteRateLimits(b []byte, u usageLimits) []byte {
 	for len(b) > 0 {
 		line, rest, _ := bytes.Cut(b, []byte{'\n'})
 		b = rest
-		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && eventField(data, "type").Str == "codex.rate_limits" {
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && viewField(data, "type").Str == "codex.rate_limits" {
 			if edited, err := sjson.SetRawBytes(data, "rate_limits", limits); err == nil {
 				if u.PlanType != planUnknown {
 					edited, _ = sjson.SetBytes(edited, "plan_type", u.PlanType)

@@ -94,7 +94,7 @@ func (w *wsResponder) event(e event) {
 	w.write(e.data)
 	switch {
 	case e.typ == "response.output_item.done" && !w.overflow:
-		item := eventField(e.data, "item").Raw
+		item := viewField(e.data, "item").Raw
 		if len(w.output)+len(item) > maxHistory {
 			w.overflow = true
 			return
@@ -104,7 +104,7 @@ func (w *wsResponder) event(e event) {
 		}
 		w.output = append(w.output, item...)
 	case e.final():
-		w.responseID = strings.Clone(eventField(e.data, "response.id").Str)
+		w.responseID = strings.Clone(viewField(e.data, "response.id").Str)
 	}
 }
 

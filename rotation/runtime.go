@@ -116,7 +116,9 @@ func (r *Runtime) Path() string { return r.path }
 func (r *Runtime) get(id string) *entry {
 	e := r.m[id]
 	if e == nil {
-		e = &entry{tokens: bucketSize, tokensAt: r.clock.Now().UnixNano()}
+		now := r.clock.Now()
+		e = &entry{tokens: bucketSize, tokensAt: now.UnixNano()}
+		e.derive(now) // an account nothing is known of has all its quota left, not none
 		r.m[id] = e
 	}
 	return e
@@ -208,16 +210,40 @@ func (r *Runtime) Used(id string, status int) {
 	})
 }
 
-// SetQuota records a quota snapshot for id.
+// SetQuota records a quota snapshot for id. The reset credits of the
+// last snapshot that told them are kept when q does not: an answer's
+// headers never tell them.
 func (r *Runtime) SetQuota(id string, q Quota) {
 	r.update(id, func(s *AccountState, now time.Time) {
 		if q.ObservedAt.IsZero() {
 			q.ObservedAt = now
 		}
 		if s.Quota == nil || !q.ObservedAt.Before(s.Quota.ObservedAt) {
+			if q.ResetCredits == nil && s.Quota != nil {
+				q.ResetCredits = s.Quota.ResetCredits
+			}
 			s.Quota = &q
 		}
 	})
+}
+
+// UsageRead records that id's usage was read from its backend at now.
+func (r *Runtime) UsageRead(id string) {
+	r.update(id, func(s *AccountState, now time.Time) { s.UsageReadAt = now })
+}
+
+// LiftRateLimit ends id's rate limit now: its backend says it can serve
+// again before the reset rotor was told (SPEC §15). Like Clear it moves
+// the epoch, so the lift reaches every process; the account's other
+// deadlines stay as this process knows them.
+func (r *Runtime) LiftRateLimit(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.get(id)
+	e.st.RateLimitedUntil = time.Time{}
+	e.st.Epoch++
+	e.derive(r.clock.Now())
+	r.dirty = true
 }
 
 // TokensChanged records that this process changed the secrets of id.

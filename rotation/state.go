@@ -31,6 +31,9 @@ type Quota struct {
 	Secondary  *Window   `json:"secondary,omitempty"`
 	PlanType   string    `json:"plan_type,omitempty"`
 	ObservedAt time.Time `json:"observed_at"`
+	// ResetCredits are the banked rate-limit reset credits the account's
+	// backend reported (SPEC §15); nil until a usage read told them.
+	ResetCredits *int `json:"reset_credits,omitempty"`
 }
 
 // AccountState is the shared runtime state of one account, as stored in
@@ -51,6 +54,9 @@ type AccountState struct {
 	// TokensAt is when a process last changed the account's secrets, so
 	// the others know to read them again.
 	TokensAt time.Time `json:"tokens_at,omitzero"`
+	// UsageReadAt is when a serve last read the account's usage from its
+	// backend (SPEC §15), so the serves on one home share the reading.
+	UsageReadAt time.Time `json:"usage_read_at,omitzero"`
 	// Epoch counts deliberate clears of the deadlines (rotor fix,
 	// verify-flagged). Deadlines merge by taking the later one, which alone
 	// could never clear them; a higher epoch wins them outright.
@@ -87,6 +93,7 @@ func (s *AccountState) Merge(o *AccountState) {
 		s.LastUsed, s.LastStatus = o.LastUsed, o.LastStatus
 	}
 	s.TokensAt = later(s.TokensAt, o.TokensAt)
+	s.UsageReadAt = later(s.UsageReadAt, o.UsageReadAt)
 	if o.Quota != nil && (s.Quota == nil || o.Quota.ObservedAt.After(s.Quota.ObservedAt)) {
 		q := *o.Quota
 		s.Quota = &q

@@ -15,6 +15,10 @@ const (
 	StateFile = "state.json" // runtime state shared by every rotor process
 	StateLock = ".state.lock"
 
+	// UsageReadLock gives the serves on a home turns at reading the
+	// accounts' usage from their backends (SPEC §15).
+	UsageReadLock = ".usage-read.lock"
+
 	UsageFile    = "usage.jsonl" // one line per finished request
 	UsageOldFile = UsageFile + ".1"
 	UsageLock    = ".usage.lock" // rotations of usage.jsonl, never appends

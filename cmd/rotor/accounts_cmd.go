@@ -292,6 +292,9 @@ type listAccount struct {
 	Until         *string `json:"until"`
 	// ProxyURL is the account's own proxy as stored: never its password.
 	ProxyURL string `json:"proxy_url,omitempty"`
+	// ResetCredits are the account's banked rate-limit reset credits, as
+	// its backend last reported them; null when unknown (SPEC §15).
+	ResetCredits *int `json:"reset_credits"`
 }
 
 func cmdList(a *app, args []string) error {
@@ -318,7 +321,7 @@ func cmdList(a *app, args []string) error {
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
 				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
 				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: view.TimeOrNil(r.Until),
-				ProxyURL: r.Account.ProxyURL,
+				ProxyURL: r.Account.ProxyURL, ResetCredits: resetCredits(r.Quota),
 			})
 		}
 		return a.exportJSON("status", out)
@@ -329,7 +332,7 @@ func cmdList(a *app, args []string) error {
 	}
 	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\t%s\t%s\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\t%s\t%s\tRESETS\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	now := a.now()
 	for _, r := range rows {
 		pin := " "
@@ -337,14 +340,32 @@ func cmdList(a *app, args []string) error {
 			pin = "*"
 		}
 		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r, now)), r.Account.Label,
-			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), pal.window(p, now), pal.window(s, now))
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r, now)), r.Account.Label,
+			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), pal.window(p, now), pal.window(s, now),
+			creditsText(r.Quota))
 	}
 	tw.Flush()
 	if p := pool.Pinned(); p > 0 {
 		fmt.Fprintf(a.stdout, "\n* pinned: every proxy uses only account %d (\"rotor unpin\" to rotate).\n", p)
 	}
 	return nil
+}
+
+// resetCredits are q's reset credits, nil when unknown.
+func resetCredits(q *rotation.Quota) *int {
+	if q == nil {
+		return nil
+	}
+	return q.ResetCredits
+}
+
+// creditsText is the RESETS column: the banked reset credits, "-" when
+// unknown.
+func creditsText(q *rotation.Quota) string {
+	if c := resetCredits(q); c != nil {
+		return fmt.Sprint(*c)
+	}
+	return "-"
 }
 
 // stateText is an account's state with its reason and how long, from now,

@@ -56,6 +56,16 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 	auth := codexFixture(t)
 	h.ok("", "import", "codex", "--file", auth, "--label", "dana")
 	authJSON, _ := os.ReadFile(auth)
+	// dana's backend tells the same windows when serve reads her usage
+	// (SPEC §15) as the state already holds.
+	login, err := accounts.ReadCodexAuth(auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Set(login.AccessToken, upstreamtest.Behavior{Headers: map[string]string{
+		"x-codex-primary-used-percent": "62", "x-codex-primary-window-minutes": "300", "x-codex-primary-reset-after-seconds": "7980",
+		"x-codex-secondary-used-percent": "35", "x-codex-secondary-window-minutes": "10080", "x-codex-secondary-reset-after-seconds": "345600",
+	}})
 
 	rt := rotation.NewRuntime(h.dir, clock.System{})
 	rt.SetQuota(h.pool().At(3).ID, rotation.Quota{

@@ -68,6 +68,12 @@ func newHome(t *testing.T) *cliHome {
 		"ROTOR_HOME=" + h.dir,
 		"ROTOR_SECRETS=file",
 		"CODEX_HOME=" + filepath.Join(root, "codex-empty"),
+		// Nothing a test runs may reach the real backends (a serve reads
+		// its ChatGPT accounts' usage at start): a closed loopback port
+		// unless the test names its fakes.
+		"ROTOR_AUTH_BASE_URL=http://127.0.0.1:1",
+		"ROTOR_CHATGPT_BASE_URL=http://127.0.0.1:1",
+		"ROTOR_OPENAI_BASE_URL=http://127.0.0.1:1",
 	}
 	return h
 }

@@ -225,7 +225,6 @@ func TestRefreshRaceAcrossProcesses(t *testing.T) {
 		t.Fatalf("fixture %s: %v", authFile, err)
 	}
 	oldAT := codex.Tokens.AccessToken
-	up.Set(oldAT, upstreamtest.Behavior{Status: 401}) // token_expired, not invalidated
 	auth.AddRefreshToken(codex.Tokens.RefreshToken)
 
 	home := filepath.Join(t.TempDir(), "rotor-home")
@@ -262,6 +261,23 @@ func TestRefreshRaceAcrossProcesses(t *testing.T) {
 
 	a := raceServe(t, bin, env, "A")
 	b := raceServe(t, bin, env, "B")
+	// The serves read the account's usage as they start (SPEC §15), one
+	// for both; only then does the upstream refuse the old token, so the
+	// requests below, not that read, are what meets the 401.
+	usageRead := func() bool {
+		for _, r := range up.Requests() {
+			if r.Token == oldAT && r.Path == "/backend-api/wham/usage" {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); !usageRead(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no serve read the account's usage within 10s of starting")
+		}
+	}
+	up.Set(oldAT, upstreamtest.Behavior{Status: 401}) // token_expired, not invalidated
 
 	// Hold every refresh until all requests of both processes have met the
 	// 401: then each of them goes through the refresh path at the same time.

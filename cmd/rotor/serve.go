@@ -315,6 +315,11 @@ func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log ze
 			log.Warn().Err(err).Msg("cannot sync with ROTOR_HOME")
 		}, h.aliases.Refresh)
 	}()
+	r.watched.Go(func() {
+		// What each account has used, read from its backend (SPEC §15);
+		// the serves on the home take turns and share what they read.
+		srv.ReadUsage(ctx, filepath.Join(h.st.Dir(), home.UsageReadLock), func() { h.sel.Runtime().Sync(nil) })
+	})
 	go func() { r.served <- srv.Serve(ln) }()
 	return r
 }

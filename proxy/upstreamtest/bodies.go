@@ -59,3 +59,36 @@ func invalidURLBody(method, path string) []byte {
 	msg, _ := json.Marshal("Invalid URL (" + method + " " + path + ")")
 	return []byte(`{"error":{"message":` + string(msg) + `,"type":"invalid_request_error","param":null,"code":null}}`)
 }
+
+// usageBody is GET /backend-api/wham/usage for an account behaving as b:
+// the backend's RateLimitStatusPayload, its windows those b's x-codex-*
+// Headers report (unused when they report none), its reset credits b's.
+func usageBody(b Behavior, fill filler) []byte {
+	h := func(k string) string { return fill.string(b.Headers[k]) }
+	window := func(prefix string, minutes int) map[string]any {
+		used, _ := strconv.ParseFloat(h("x-codex-"+prefix+"-used-percent"), 64)
+		if m, err := strconv.Atoi(h("x-codex-" + prefix + "-window-minutes")); err == nil && m > 0 {
+			minutes = m
+		}
+		after, err := strconv.Atoi(h("x-codex-" + prefix + "-reset-after-seconds"))
+		if err != nil {
+			after = minutes * 60
+		}
+		return map[string]any{"used_percent": int(used), "limit_window_seconds": minutes * 60,
+			"reset_after_seconds": after, "reset_at": time.Now().Add(time.Duration(after) * time.Second).Unix()}
+	}
+	primary, secondary := window("primary", 300), window("secondary", 10080)
+	spent := primary["used_percent"].(int) >= 100 || secondary["used_percent"].(int) >= 100
+	plan := h("x-codex-plan-type")
+	if plan == "" {
+		plan = "plus"
+	}
+	body, _ := json.Marshal(map[string]any{
+		"plan_type": plan,
+		"rate_limit": map[string]any{"allowed": !spent, "limit_reached": spent,
+			"primary_window": primary, "secondary_window": secondary},
+		"rate_limit_reset_credits": map[string]any{"available_count": b.ResetCredits},
+		"credits":                  map[string]any{"has_credits": false, "unlimited": false, "balance": nil},
+	})
+	return body
+}

@@ -243,6 +243,12 @@ type Behavior struct {
 	// as a usage limit (429, usage_limit_429.json; on a socket, an error
 	// frame): an account that reaches its limit in the middle of a session.
 	LimitAfter int
+	// ResetCredits is the account's banked rate-limit reset credits, as GET
+	// {base}/wham/usage reports them. That route answers the account's
+	// windows from the x-codex-* quota Headers its answers carry (a
+	// window the Headers leave out is unused), costs nothing, and like
+	// every route answers an error Status instead.
+	ResetCredits int
 	// PromptCache makes the answer's usage that of a prompt cache kept per
 	// account: input tokens for the request's turns (its input items, or
 	// its Chat Completions messages; a token per 4 bytes), cached tokens
@@ -708,6 +714,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 			return
 		}
 		writeJSON(w, http.StatusOK, compactBody(time.Now(), s.Mint(owner)))
+	case r.Method == http.MethodGet && path == chatgptPrefix+"/wham/usage":
+		writeJSON(w, http.StatusOK, usageBody(b, fill))
 	case r.Method == http.MethodGet && path == chatgptPrefix+"/codex/models":
 		w.Header().Set("ETag", codexModelsETag)
 		writeJSON(w, http.StatusOK, []byte(codexModelsBody))

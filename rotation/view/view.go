@@ -48,6 +48,9 @@ type Account struct {
 type Quota struct {
 	Primary   *Window `json:"primary"`
 	Secondary *Window `json:"secondary"`
+	// ResetCredits are the banked rate-limit reset credits the backend
+	// last reported (SPEC §15); null until a usage read told them.
+	ResetCredits *int `json:"reset_credits"`
 }
 
 // Window is one quota window.
@@ -93,7 +96,7 @@ func QuotaOf(q *rotation.Quota) *Quota {
 	if q == nil {
 		return nil
 	}
-	return &Quota{Primary: WindowOf(q.Primary), Secondary: WindowOf(q.Secondary)}
+	return &Quota{Primary: WindowOf(q.Primary), Secondary: WindowOf(q.Secondary), ResetCredits: q.ResetCredits}
 }
 
 // WindowOf is w as JSON shows it; nil for nil.

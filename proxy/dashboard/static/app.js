@@ -102,6 +102,7 @@ function card(a) {
   row("Health", String(a.health));
   row("Last used", el("span", { "data-ago": a.last_used || "" }, ago(a.last_used)));
   row("Cache hit", cacheHit(a.index));
+  if (a.quota && a.quota.reset_credits != null) row("Reset credits", String(a.quota.reset_credits));
   c.append(dl);
   c.append(quota("Primary", a.quota && a.quota.primary), quota("Secondary", a.quota && a.quota.secondary));
   const buttons = el("div", { class: "actions" });

@@ -1,0 +1,257 @@
+package proxy
+
+import (
+	"context"
+	"hash/fnv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/rotation"
+)
+
+// Observed quota (SPEC §15). rotor learns an account's quota from the
+// answers it relays, which says nothing of an idle account, or of one
+// whose limit the backend lifted early. So a serve reads every enabled
+// ChatGPT account's usage from its backend (GET {base}/wham/usage, which
+// costs no quota): at start, then every usageEvery (jittered per account),
+// and right after a reset rotor knew of passes. The serves on one home take
+// turns (one pass at a time, under a lock) and share what they read
+// through state.json, as they share everything else. A read that fails
+// backs off and is logged once; it never marks an account. The same pass
+// keeps idle logins alive: tokens last refreshed keepAliveAge ago or more
+// are refreshed.
+
+// Timings of the reader.
+const (
+	usageEvery     = 5 * time.Minute
+	usageJitter    = time.Minute
+	usageTick      = 10 * time.Second // how often a serve looks for due accounts
+	usageBackoff   = time.Minute      // after a failed read, doubling
+	usageBackoffTo = 30 * time.Minute
+	keepAliveAge   = 7 * 24 * time.Hour
+	usageReadWait  = 30 * time.Second // one read's bound
+)
+
+// usageReader is the reader's state in one serve.
+type usageReader struct {
+	lock    string               // the home's lock file the serves take turns on
+	backoff map[string]time.Time // account id → no read before; bounded by the pool
+	wait    map[string]time.Duration
+}
+
+// ReadUsage runs the reader until ctx ends: a pass at once, then one every
+// usageTick, each under the home's lock file lock (no pass while another
+// serve holds it). sync exchanges state.json with the other serves, before
+// a pass and after it.
+func (s *Server) ReadUsage(ctx context.Context, lock string, sync func()) {
+	ur := &usageReader{lock: lock, backoff: map[string]time.Time{}, wait: map[string]time.Duration{}}
+	tick, stop := s.deps.Clock.NewTicker(usageTick)
+	defer stop()
+	for {
+		s.usagePass(ctx, ur, sync)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+	}
+}
+
+// usagePass reads every due account once, if this serve gets the lock.
+func (s *Server) usagePass(ctx context.Context, ur *usageReader, sync func()) {
+	l, err := home.LockFile(ur.lock, false, 0)
+	if err != nil {
+		return // another serve's turn
+	}
+	defer l.Unlock()
+	if sync != nil {
+		sync() // what the other serves read meanwhile
+		defer sync()
+	}
+	now := s.deps.Clock.Now()
+	for _, a := range s.deps.Selector.Pool().Accounts {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, flagged := a.Flagged(); a.Kind != accounts.KindChatGPT || !a.Enabled || flagged {
+			continue
+		}
+		st := s.runtime().Snapshot(a.ID)
+		s.keepAlive(ctx, &a, &st, now)
+		if usageDue(a.ID, &st, now) && !now.Before(ur.backoff[a.ID]) {
+			s.readUsage(ctx, ur, &a, now)
+		}
+	}
+}
+
+// usageDue reports whether a's usage is to be read at now: never read,
+// read usageEvery (and a's jitter) ago, or a reset rotor knew of has
+// passed since.
+func usageDue(id string, st *rotation.AccountState, now time.Time) bool {
+	last := st.UsageReadAt
+	if last.IsZero() || now.Sub(last) >= usageEvery+jitter(id) {
+		return true
+	}
+	passed := func(t time.Time) bool { return !t.IsZero() && t.After(last) && !t.After(now) }
+	if passed(st.RateLimitedUntil) {
+		return true
+	}
+	if q := st.Quota; q != nil {
+		for _, w := range []*rotation.Window{q.Primary, q.Secondary} {
+			if w != nil && passed(w.ResetsAt) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jitter spreads the accounts' reads over usageJitter, the same for an
+// account in every serve.
+func jitter(id string) time.Duration {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return time.Duration(h.Sum32()%uint32(usageJitter/time.Second)) * time.Second
+}
+
+// readUsage reads a's usage and records it; a 401 refreshes the token and
+// reads once more. A failure backs off, is logged once, and marks nothing.
+func (s *Server) readUsage(ctx context.Context, ur *usageReader, a *accounts.Account, now time.Time) {
+	body, status, err := s.fetchUsage(ctx, a, false)
+	if err != nil || status != fasthttp.StatusOK {
+		wait := min(max(2*ur.wait[a.ID], usageBackoff), usageBackoffTo)
+		if ur.wait[a.ID] == 0 {
+			s.deps.Log.Warn().Str("account_id", a.ID).Int("status", status).AnErr("error", err).
+				Msg("cannot read the account's usage; trying again later (the account is not blamed)")
+		}
+		ur.wait[a.ID], ur.backoff[a.ID] = wait, now.Add(wait)
+		return
+	}
+	delete(ur.wait, a.ID)
+	delete(ur.backoff, a.ID)
+	rt := s.runtime()
+	rt.UsageRead(a.ID)
+	q, allowed := usageQuota(body, now)
+	if q == nil {
+		return
+	}
+	rt.SetQuota(a.ID, *q)
+	if st := rt.Snapshot(a.ID); allowed && st.RateLimitedUntil.After(now) {
+		rt.LiftRateLimit(a.ID)
+		s.deps.Log.Info().Str("account_id", a.ID).Time("was_until", st.RateLimitedUntil).
+			Msg("the account's usage limit was lifted early")
+	}
+}
+
+// fetchUsage asks a's backend for its usage. refreshed says a 401 was
+// already answered with a refresh.
+func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed bool) ([]byte, int, error) {
+	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
+	if err != nil {
+		return nil, 0, err
+	}
+	ad := s.adapters.For(a.Kind)
+	base := ad.base(a.BaseURL)
+	way := s.endpoints.way(base, a.ProxyURL)
+	rt, err := s.exits.of(&way, &sec)
+	if err != nil {
+		return nil, 0, err
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(upstreamURL(base, "/wham/usage", nil))
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Set("Authorization", "Bearer "+sec.AccessToken)
+	if a.ChatGPTAccountID != "" {
+		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
+	}
+	req.Header.Set("originator", "codex_cli_rs")
+	if err := rt.client.DoTimeout(req, resp, usageReadWait); err != nil {
+		return nil, 0, err
+	}
+	status := resp.StatusCode()
+	if status == fasthttp.StatusUnauthorized && !refreshed && s.deps.Refresher != nil {
+		if _, ok := s.refreshQuietly(ctx, a, sec); ok {
+			return s.fetchUsage(ctx, a, true)
+		}
+	}
+	return readBodyUpTo(resp, errBodyMax), status, nil
+}
+
+// usageQuota reads the backend's usage payload as a quota at now; allowed
+// says whether the backend would serve the account now.
+func usageQuota(body []byte, now time.Time) (q *rotation.Quota, allowed bool) {
+	rl := gjson.GetBytes(body, "rate_limit")
+	if !rl.IsObject() {
+		return nil, false
+	}
+	q = &rotation.Quota{PlanType: gjson.GetBytes(body, "plan_type").Str, ObservedAt: now}
+	win := func(w gjson.Result) *rotation.Window {
+		if !w.IsObject() {
+			return nil
+		}
+		out := &rotation.Window{UsedPercent: w.Get("used_percent").Float(), WindowMinutes: int(w.Get("limit_window_seconds").Int() / 60)}
+		if at := w.Get("reset_at").Int(); at > 0 {
+			out.ResetsAt = time.Unix(at, 0)
+		} else if after := w.Get("reset_after_seconds").Int(); after > 0 {
+			out.ResetsAt = now.Add(time.Duration(after) * time.Second)
+		}
+		return out
+	}
+	q.Primary, q.Secondary = win(rl.Get("primary_window")), win(rl.Get("secondary_window"))
+	if c := gjson.GetBytes(body, "rate_limit_reset_credits.available_count"); c.Exists() {
+		n := int(c.Int())
+		q.ResetCredits = &n
+	}
+	return q, rl.Get("allowed").Bool() && !rl.Get("limit_reached").Bool()
+}
+
+// keepAlive refreshes a's tokens when rotor last refreshed them, or, if
+// it never did, added the account keepAliveAge ago or more, so a login
+// left idle does not lapse (SPEC §15). The refresh is the one requests use: single-flight across
+// processes, written back to a linked Codex auth.json.
+func (s *Server) keepAlive(ctx context.Context, a *accounts.Account, st *rotation.AccountState, now time.Time) {
+	if s.deps.Refresher == nil {
+		return
+	}
+	// The last refresh rotor knows of, else when the account joined.
+	if last := later(st.TokensAt, a.AddedAt); last.IsZero() || now.Sub(last) < keepAliveAge {
+		return
+	}
+	sec, err := s.secrets.get(a.ID, st.TokensAt)
+	if err != nil || sec.RefreshToken == "" {
+		return
+	}
+	if _, ok := s.refreshQuietly(ctx, a, sec); ok {
+		s.deps.Log.Info().Str("account_id", a.ID).Msg("refreshed an idle login to keep it alive")
+	}
+}
+
+// refreshQuietly refreshes a's tokens outside any request, as a request
+// would: the new secret is cached and every process told.
+func (s *Server) refreshQuietly(ctx context.Context, a *accounts.Account, stale secrets.Secret) (secrets.Secret, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	fresh, err := s.deps.Refresher.Refresh(ctx, *a, stale)
+	if err != nil {
+		s.deps.Log.Warn().Str("account_id", a.ID).Err(err).Msg("token refresh failed")
+		return secrets.Secret{}, false
+	}
+	s.secrets.put(a.ID, fresh)
+	s.runtime().TokensChanged(a.ID)
+	return fresh, true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
