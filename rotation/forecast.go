@@ -50,6 +50,16 @@ type AccountForecast struct {
 	RecentFailures int
 	Quota          *Quota
 	Pinned         bool
+	// PrimaryRate and SecondaryRate are the windows' recent rates of use,
+	// in percent of the window per hour (rate.go); nil when unknown.
+	PrimaryRate, SecondaryRate *float64
+	// Outlook is the account at those rates (an Outlook* constant; "" for
+	// an unavailable account or one without quota windows). RunsOutAt is
+	// when its RunsOutWindow ("primary" or "secondary") first fills
+	// before it resets, within the horizon; zero when none does.
+	Outlook       string
+	RunsOutAt     time.Time
+	RunsOutWindow string
 }
 
 // ForecastSummary counts the accounts by verdict.
@@ -72,6 +82,10 @@ type Forecast struct {
 	Summary        ForecastSummary
 	Recommendation Recommendation
 	Accounts       []AccountForecast
+	// RunsOutNext and Pool are where the pool heads at the recent rates
+	// of use (outlook.go).
+	RunsOutNext RunsOut
+	Pool        PoolOutlook
 }
 
 // verdictOf maps a `rotation status` state to its verdict: states that end
@@ -313,6 +327,7 @@ func (s *Selector) Forecast() Forecast {
 		fc.Accounts = append(fc.Accounts, f)
 	}
 	fc.Summary.Total = len(fc.Accounts)
+	foresee(&fc, states)
 	fc.Recommendation.Index, fc.Recommendation.Reason = s.Next()
 	return fc
 }

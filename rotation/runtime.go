@@ -212,7 +212,8 @@ func (r *Runtime) Used(id string, status int) {
 
 // SetQuota records a quota snapshot for id. The reset credits of the
 // last snapshot that told them are kept when q does not: an answer's
-// headers never tell them.
+// headers never tell them. The windows' history is learned here, from
+// the snapshot q follows (q's own History is ignored).
 func (r *Runtime) SetQuota(id string, q Quota) {
 	r.update(id, func(s *AccountState, now time.Time) {
 		if q.ObservedAt.IsZero() {
@@ -222,6 +223,7 @@ func (r *Runtime) SetQuota(id string, q Quota) {
 			if q.ResetCredits == nil && s.Quota != nil {
 				q.ResetCredits = s.Quota.ResetCredits
 			}
+			q.History = learnHistory(s.Quota, &q)
 			s.Quota = &q
 		}
 	})

@@ -34,6 +34,10 @@ type Quota struct {
 	// ResetCredits are the banked rate-limit reset credits the account's
 	// backend reported (SPEC §15); nil until a usage read told them.
 	ResetCredits *int `json:"reset_credits,omitempty"`
+	// History is what SetQuota keeps of the windows' recent observations,
+	// to learn their rates of use (rate.go). It merges with the snapshot
+	// it came with, and is never changed in place.
+	History *QuotaHistory `json:"history,omitempty"`
 }
 
 // AccountState is the shared runtime state of one account, as stored in
