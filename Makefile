@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build release test lint bench bench-load soak demo e2e clean
+.PHONY: build release test lint bench bench-load soak demo sim e2e clean
 
 # Static, like the release archives: no C library mapped into every serve.
 build:
@@ -53,6 +53,13 @@ bench-load: build
 # or a file in ROTOR_HOME no longer loads. A 10 s version runs in make test.
 soak: build
 	$(GO) run ./cmd/rotor-soak -rotor $(BIN)
+
+# Quota stewardship (SPEC §15): week-long workloads (testdata/sim) replayed
+# through rotor's real selector on a fake clock, against round-robin,
+# fill-first and least-used; prints one markdown table per workload
+# (docs/PERFORMANCE.md). SIM_ARGS="-seeds 16" summarises 16 weeks of each.
+sim:
+	$(GO) run ./cmd/rotor-sim -dir testdata/sim $(SIM_ARGS)
 
 # A first look with no real account: a fake upstream, three demo accounts
 # (one at its usage limit), a real proxy, a streamed answer and a failover.

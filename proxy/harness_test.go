@@ -237,11 +237,20 @@ func (e *env) id(i int) string { return e.pool.At(i).ID }
 // test client is net/http, independent of the proxy's fasthttp.
 func (e *env) do(method, path, body string, hdr ...string) *http.Response {
 	e.t.Helper()
+	return e.doAs(testKey, method, path, body, hdr...)
+}
+
+// doAs sends a request with bearer as its credential (none when empty),
+// as do does with the client key.
+func (e *env) doAs(bearer, method, path, body string, hdr ...string) *http.Response {
+	e.t.Helper()
 	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"io"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,27 +18,6 @@ import (
 
 // Codex signed in as itself (SPEC §14) sends its own access token where
 // other clients send the client key.
-
-// doAs sends a request with bearer in place of the client key.
-func (e *env) doAs(bearer, method, path, body string, hdr ...string) *http.Response {
-	e.t.Helper()
-	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp
-}
 
 // setToken gives account i a new access token, as a refresh by another
 // process would.

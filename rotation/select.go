@@ -274,10 +274,11 @@ func refill(e *entry, now time.Time) {
 }
 
 // score ranks a usable account: health, its token bucket, time since this
-// process last picked it or anyone last used it, and quota headroom, plus a
-// per-process offset small enough to break exact ties only (a 10 ms
-// difference in idle time outweighs it, so bursts rotate). It reads the entry's
-// derived integers: it runs for every account on every request.
+// process last picked it or anyone last used it, quota headroom and quota
+// that would otherwise expire (expiring), plus a per-process offset small
+// enough to break exact ties only (a 10 ms difference in idle time
+// outweighs it, so bursts rotate). It reads the entry's derived integers
+// where it can: it runs for every account on every request.
 func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool) {
 	health := 1.0
 	if e.healthAt != 0 {
@@ -296,7 +297,71 @@ func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool)
 	if e.quotaUntil != 0 && nowNS >= e.quotaUntil {
 		head, deferred = e.st.headroom(now) // a window has reset since derive
 	}
-	return 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 1e-6*offset, deferred
+	sc := 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 1e-6*offset
+	if q := e.st.Quota; q != nil {
+		sc += expiringWeight * expiring(q, nowNS)
+	}
+	return sc, deferred
+}
+
+// expiringWeight is the weight of expiring in score, beside health's 0.35
+// and idle time's 0.3.
+const expiringWeight = 0.5
+
+// Spending what expires first (SPEC §15). A quota window starts at its
+// first use and throws away whatever is left of it when it resets, so of
+// two accounts that could take a new conversation, the one whose window
+// would otherwise lose quota soonest should take it: the other's quota
+// keeps. expiring scores that from the windows of the last quota snapshot
+// q, between -0.1 and 1; 0 when nothing is known, so an account never
+// seen is neither preferred nor avoided.
+//
+//   - Urgency, per window with more than 5% left (less is the deferral's
+//     business, and too little to steer to): how far its room is ahead of
+//     its time, need = room / (share of the window's time still to run).
+//     At 1 the window would be used up exactly at its reset if spent at an
+//     even pace; above it some of it would be lost at that pace, and the
+//     sooner the reset, the higher need climbs. Urgency rises from 0 at
+//     need 1 to 1 at need 3; the account's is its most urgent window's.
+//   - A brake: a window on course to fill before it resets (its use so
+//     far, at its pace so far, reaches 100% by the reset) loses nothing,
+//     and a new conversation sent there would likely have to move when it
+//     fills, losing its prompt cache. So urgency counts in full only while
+//     every window is projected to end at most half used, fading to
+//     nothing at a projected 100%; and an account projected to overrun a
+//     window scores a little lower, the way a nearly spent one should.
+//
+// It is one term of the score, weighed against health and spreading: a
+// failing or just-picked account still loses to a healthy idle one. Pins
+// and session affinity come before any score, so a running conversation
+// keeps its account. cmd/rotor-sim measures the policy against simpler
+// ones (docs/PERFORMANCE.md).
+func expiring(q *Quota, nowNS int64) float64 {
+	if q == nil {
+		return 0
+	}
+	urgency, gate, overrun := 0.0, 1.0, 0.0
+	for _, w := range [2]*Window{q.Primary, q.Secondary} {
+		if w == nil || w.WindowMinutes <= 0 || w.ResetsAt.IsZero() {
+			continue // no length or no reset: nothing says when it expires
+		}
+		left := w.ResetsAt.UnixNano() - nowNS
+		if left <= 0 {
+			continue // already reset: a fresh window, as good as unknown
+		}
+		toRun := min(float64(left)/float64(time.Duration(w.WindowMinutes)*time.Minute), 1)
+		used := min(max(w.UsedPercent/100, 0), 1)
+		if room := 1 - used; room > 0.05 {
+			need := room / max(toRun, 1e-3)
+			urgency = max(urgency, min(max((need-1)/2, 0), 1))
+		}
+		// The pace counts from a fifth of the window on: the first minutes
+		// of a window say little about how fast it fills.
+		projected := used / max(1-toRun, 0.2)
+		gate = min(gate, min(max((1-projected)/0.5, 0), 1))
+		overrun = max(overrun, min(max(projected-1, 0), 1))
+	}
+	return gate*urgency - 0.1*overrun
 }
 
 // refuse builds the explanation of an empty pick. Callers hold rt.mu.

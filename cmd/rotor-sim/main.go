@@ -1,0 +1,173 @@
+// Command rotor-sim replays week-long workloads through rotor's real
+// selection (rotation.Selector, built by rotation.Open on a fake clock)
+// and through three baseline policies, and prints one markdown table per
+// workload: requests served, minutes blocked, conversations moved (make
+// sim; SPEC §15 "Spending what expires first"; docs/PERFORMANCE.md shows
+// the tables).
+//
+// # The window model
+//
+// Each account has two usage windows, as ChatGPT's Codex backend reports
+// them in its x-codex-primary-* and x-codex-secondary-* headers: one of
+// five hours and one of a week, each with a capacity in tokens set by the
+// account's plan (the workload's plans).
+//
+//   - A window starts at the first request after it was last reset, not at
+//     a fixed time: an account nobody uses has no window running, and its
+//     quota is not running out. A workload may start an account with
+//     windows already running (used before the replay), which the selector
+//     learns as rotor's usage read at serve start would (SPEC §15).
+//   - Each request served charges its tokens (from the workload) to both
+//     windows: the share of a window's capacity it uses is tokens divided
+//     by capacity, so one request costs a Plus account a larger share than
+//     a Pro one.
+//   - A window whose used tokens reach its capacity is full: the account
+//     refuses every request (a 429 usage limit carrying the reset time)
+//     until that window resets. The request that crosses the capacity is
+//     still served.
+//   - A window resets when its time is up (five hours or a week after it
+//     started): its use goes back to zero, and what was left of its
+//     capacity is lost. The next request starts it again.
+//
+// # What the selector is fed
+//
+// Exactly what the proxy feeds it. After every attempt, the account's
+// windows as its answer's headers would report them (Runtime.SetQuota: a
+// whole used percent, the window's minutes, its reset time); after a
+// served request, Runtime.Record with rotation.Served; after a refused
+// one, Runtime.Record with rotation.Limited and the reset time, and the
+// request tries the next account, at most four in all (the proxy's
+// --max-attempts). Each turn carries its conversation's affinity key
+// (rotation.Request.AffinityKey), and a served turn binds the conversation
+// to its account (Selector.Bind), as proxy/forward.go does.
+//
+// # The baselines
+//
+// Round-robin, fill-first and least-used pick from the same accounts
+// under the same window model, reading the same runtime state (they skip
+// accounts known to be rate-limited, as rotor does) and keeping the same
+// conversation affinity: only the placement of a conversation that has no
+// account (or whose account cannot serve) differs.
+//
+// # The numbers
+//
+// Requests served counts the workload's requests that some account
+// answered; a request none could answer is lost (the workload does not
+// retry it). Minutes blocked is how long people could not work: from each
+// lost request until the first moment any account could serve again (the
+// wait Codex CLI shows its user), counted for each person only while they
+// were working (in a session, or finishing a conversation started in
+// one), so a team of four blocked for an hour counts four hours and a
+// night counts nothing. Conversations moved counts turns served by
+// another account than their conversation's previous turn (each costs the
+// prompt cache and SPEC §13's edits). Weekly quota expired is the share of
+// the pool's weekly capacity that weekly resets during the replay threw
+// away unused; windows still running at the end count as kept.
+//
+// # Workloads
+//
+// testdata/sim/*.json: the pool (plans, accounts, windows already
+// running) and the generator (coding-week/1) with its seed; see Workload
+// and Generator. The same file always gives the same requests, and the
+// same tables. With -seeds N the command replays each workload with N
+// seeds instead (the file's own first) and prints a summary: how often
+// rotor's policy held, and every policy's sums; -demand scales the
+// conversations an hour (which also draws other weeks).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// options are the command's flags.
+type options struct {
+	dir    string
+	only   string
+	seeds  int
+	demand float64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.dir, "dir", "testdata/sim", "the folder of workload files (*.json)")
+	flag.StringVar(&o.only, "workload", "", "replay only the workload of this name")
+	flag.IntVar(&o.seeds, "seeds", 0, "instead of the tables, replay each workload with this many seeds (its own first) and summarise")
+	flag.Float64Var(&o.demand, "demand", 1, "with -seeds: scale every workload's conversations an hour by this")
+	flag.Parse()
+	if err := run(os.Stdout, &o); err != nil {
+		fmt.Fprintln(os.Stderr, "rotor-sim:", err)
+		os.Exit(1)
+	}
+}
+
+// run replays every workload of o.dir (or the one named o.only) and
+// prints its table to out, or with o.seeds the summary of the sweep.
+func run(out io.Writer, o *options) error {
+	ws, err := loadAll(o.dir, o.only)
+	if err != nil {
+		return err
+	}
+	if o.seeds > 0 {
+		sweepHeader(out, o.seeds, o.demand)
+		for _, w := range ws {
+			if err := sweep(out, w, o.seeds, o.demand); err != nil {
+				return fmt.Errorf("%s: %w", w.Name, err)
+			}
+		}
+		return nil
+	}
+	for i, w := range ws {
+		results, err := ReplayAll(w)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.Name, err)
+		}
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		writeTable(out, w, results)
+	}
+	return nil
+}
+
+// loadAll reads the workloads of dir in the order of their file names,
+// or only the one named only.
+func loadAll(dir, only string) ([]*Workload, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(paths)
+	var ws []*Workload
+	for _, p := range paths {
+		w, err := LoadWorkload(p)
+		if err != nil {
+			return nil, err
+		}
+		if only == "" || w.Name == only {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return nil, fmt.Errorf("no workload %q in %s", only, dir)
+	}
+	return ws, nil
+}
+
+// ReplayAll replays w through every policy, in the order of Policies.
+func ReplayAll(w *Workload) ([]Result, error) {
+	wk := w.expand()
+	out := make([]Result, 0, len(Policies))
+	for _, p := range Policies {
+		r, err := Replay(w, wk, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
