@@ -116,7 +116,13 @@ const (
 // a compaction had to go, for this attempt's account.
 func (s *Server) unbind(r *request, account string, body []byte, redo func(blob string) []byte) []byte {
 	r.contextCut = false
-	if r.encoded || !bytes.Contains(body, encryptedKey) {
+	// Over HTTP the client's items are all there is to look at; a socket's
+	// may come with the conversation it remembers in front.
+	look := body
+	if r.socket == nil {
+		look = r.inputArray()
+	}
+	if r.encoded || !bytes.Contains(look, encryptedKey) {
 		return body
 	}
 	input := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "input")

@@ -20,6 +20,13 @@ const boundBody = `{"model":"gpt-5-codex","input":[` +
 	`{"type":"message","role":"user","content":[{"type":"input_text","text":"two"}]}` +
 	`],"include":["reasoning.encrypted_content"],"store":false,"stream":true}`
 
+// scannedRequest is a request for body, read as the forward loop reads it.
+func scannedRequest(body []byte) *request {
+	r := &request{header: new(fasthttp.RequestHeader), body: body}
+	scanBody(body, &r.scan)
+	return r
+}
+
 func boundServer() *Server {
 	s := &Server{}
 	s.mints.learn("gAAAA-a-1=", "A")
@@ -30,7 +37,7 @@ func boundServer() *Server {
 
 func TestUnbindTakesOutWhatAnotherAccountMinted(t *testing.T) {
 	s := boundServer()
-	r := &request{header: new(fasthttp.RequestHeader), body: []byte(boundBody)}
+	r := scannedRequest([]byte(boundBody))
 
 	// To B: A's reasoning keeps its summary only; A's compaction becomes a
 	// note and the context is cut; B's own blob goes as it was sent.
@@ -70,7 +77,7 @@ func TestUnbindTakesOutWhatAnotherAccountMinted(t *testing.T) {
 func TestUnbindLeavesABodyWithNothingForeignAsItIs(t *testing.T) {
 	s := boundServer()
 	body := []byte(strings.ReplaceAll(strings.ReplaceAll(boundBody, "gAAAA-b-1=", "gAAAA-unknown="), "gAAAA-a-cmp=", "gAAAA-a-1="))
-	r := &request{header: new(fasthttp.RequestHeader), body: body}
+	r := scannedRequest(body)
 	if out := s.unbind(r, "A", body, nil); &out[0] != &body[0] || len(out) != len(body) {
 		t.Errorf("a body with nothing foreign was copied or changed: %s", out)
 	}
@@ -84,12 +91,12 @@ func TestUnbindLeavesABodyWithNothingForeignAsItIs(t *testing.T) {
 func TestDisownedBlobsAreTakenOutForEveryAccount(t *testing.T) {
 	s := boundServer()
 	body := []byte(strings.ReplaceAll(boundBody, "gAAAA-b-1=", "gAAAA-unknown="))
-	r := &request{header: new(fasthttp.RequestHeader), body: body}
+	r := scannedRequest(body)
 	s.disown(r)
 	if owner, _ := s.mints.owner("gAAAA-a-1="); owner != "A" {
 		t.Errorf("a known blob was disowned: owner %q", owner)
 	}
-	next := &request{header: new(fasthttp.RequestHeader), body: body}
+	next := scannedRequest(body)
 	for _, acct := range []string{"A", "B"} {
 		if out := s.unbind(next, acct, body, nil); bytes.Contains(out, []byte("gAAAA-unknown=")) {
 			t.Errorf("a refused blob still goes to %s: %s", acct, out)

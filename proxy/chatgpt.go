@@ -121,11 +121,12 @@ func lite(r *request) bool {
 	if bytes.EqualFold(r.header.Peek(liteHeader), []byte("true")) {
 		return true
 	}
-	if !bytes.Contains(r.body, []byte("additional_tools")) && !bytes.Contains(r.body, []byte("all_turns")) {
-		return false
+	in := r.inputArray()
+	if head := in[:min(len(in), 256)]; bytes.Contains(head, []byte("additional_tools")) &&
+		viewField(in, "0.type").Str == "additional_tools" {
+		return true
 	}
-	return gjson.GetBytes(r.body, "input.0.type").Str == "additional_tools" ||
-		gjson.GetBytes(r.body, "reasoning.context").Str == "all_turns"
+	return viewField(r.member("reasoning"), "context").Str == "all_turns"
 }
 
 // DroppedForChatGPT are the request parameters the ChatGPT Codex backend

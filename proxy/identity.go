@@ -6,8 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-
-	"github.com/tidwall/gjson"
+	"strings"
 )
 
 // One identity per account (SPEC §13). Codex names its installation with
@@ -70,8 +69,8 @@ func (r *request) installation() string {
 		r.installationRead = true
 		if v := r.header.Peek(installationHeader); len(v) > 0 {
 			r.installationID = string(v)
-		} else if !r.encoded && bytes.Contains(r.body, []byte(installationHeader)) {
-			r.installationID = gjson.GetBytes(r.body, "client_metadata."+installationHeader).Str
+		} else if meta := r.member("client_metadata"); len(meta) > 0 {
+			r.installationID = strings.Clone(viewField(meta, installationHeader).Str)
 		}
 		if len(r.installationID) < minInstallationID {
 			r.installationID = ""

@@ -118,7 +118,7 @@ func compactionSource(r *request) (src compactSource, ok bool) {
 		return src, false
 	case r.op == opCompact:
 		return compactSource{opCompact, bytes.Clone(r.body)}, true
-	case r.op != opResponses || !bytes.Contains(r.body, []byte("compaction_trigger")):
+	case r.op != opResponses || !compactionAsked(r):
 		return src, false
 	}
 	body := r.body
@@ -135,6 +135,13 @@ func compactionSource(r *request) (src compactSource, ok bool) {
 		return src, false
 	}
 	return compactSource{opResponses, bytes.Clone(body)}, true
+}
+
+// compactionAsked reports whether r's input ends in a compaction_trigger
+// item: only its tail is looked at, not a history of megabytes.
+func compactionAsked(r *request) bool {
+	in := r.inputArray()
+	return bytes.Contains(in[max(0, len(in)-128):], []byte("compaction_trigger"))
 }
 
 // maxRecompactDepth bounds compactions made again to make one again: the

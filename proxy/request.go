@@ -238,22 +238,26 @@ func derivedAffinity(r *request) string {
 	if r.encoded || r.op != opResponses && r.op != opChat && r.op != opCompact {
 		return ""
 	}
+	// The members as scanBody found them: no second walk over a body of
+	// megabytes, and nothing read past the first user message.
+	var turns []byte
+	if r.op == opChat {
+		turns = r.member("messages")
+	} else {
+		turns = r.member("input")
+	}
+	if len(turns) == 0 || turns[0] != '[' {
+		return "" // one turn as a string: no conversation to keep
+	}
 	h := sha256.New()
 	h.Write([]byte(r.model))
 	h.Write([]byte{0})
-	var turns gjson.Result
-	if r.op == opChat {
-		turns = viewField(r.body, "messages")
-	} else {
-		h.Write([]byte(viewField(r.body, "instructions").Raw))
+	if r.op != opChat {
+		h.Write(r.member("instructions"))
 		h.Write([]byte{0})
-		turns = viewField(r.body, "input")
-		if !turns.IsArray() {
-			return "" // one turn as a string: no conversation to keep
-		}
 	}
 	user := false
-	turns.ForEach(func(_, m gjson.Result) bool {
+	viewField(turns, "@this").ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").Str {
 		case "system", "developer":
 			h.Write([]byte(m.Raw))
@@ -268,6 +272,26 @@ func derivedAffinity(r *request) string {
 		return ""
 	}
 	return string(append([]byte{'d'}, h.Sum(nil)...))
+}
+
+// member is the value of the body's top-level member key as sent (the
+// first, if repeated), nil when the body has none or is not an object.
+func (r *request) member(key string) []byte {
+	for _, m := range r.scan.members {
+		if m.key(r.body) == key {
+			return r.body[m.valStart:m.end]
+		}
+	}
+	return nil
+}
+
+// inputArray is the body's input when it is an array of items, nil for a
+// string input or none: only items carry what rotor looks for in them.
+func (r *request) inputArray() []byte {
+	if in := r.member("input"); len(in) > 0 && in[0] == '[' {
+		return in
+	}
+	return nil
 }
 
 // bodyFields are the top-level members of a Responses request that rotor
