@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -247,15 +248,23 @@ func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) 
 	// Not the request's context: fasthttp's must not outlive the handler,
 	// and a refresh cut off midway may have spent the single-use refresh
 	// token without storing its successor.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return s.renew(context.Background(), &ch.Account, stale,
+		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index))
+}
+
+// renew refreshes a's tokens, stale being the ones that failed or are
+// old, within a minute of ctx: the new secret is cached and every process
+// told; a failure is logged on fail.
+func (s *Server) renew(ctx context.Context, a *accounts.Account, stale secrets.Secret, fail *zerolog.Event) (secrets.Secret, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	fresh, err := s.deps.Refresher.Refresh(ctx, ch.Account, stale)
+	fresh, err := s.deps.Refresher.Refresh(ctx, *a, stale)
 	if err != nil {
-		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("token refresh failed")
+		fail.Err(err).Msg("token refresh failed")
 		return secrets.Secret{}, false
 	}
-	s.secrets.put(ch.Account.ID, fresh)
-	s.runtime().TokensChanged(ch.Account.ID)
+	s.secrets.put(a.ID, fresh)
+	s.runtime().TokensChanged(a.ID)
 	return fresh, true
 }
 

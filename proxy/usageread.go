@@ -10,7 +10,6 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -178,7 +177,7 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 	}
 	status := resp.StatusCode()
 	if status == fasthttp.StatusUnauthorized && !refreshed && s.deps.Refresher != nil {
-		if _, ok := s.refreshQuietly(ctx, a, sec); ok {
+		if _, ok := s.renew(ctx, a, sec, s.deps.Log.Warn().Str("account_id", a.ID)); ok {
 			return s.fetchUsage(ctx, a, true)
 		}
 	}
@@ -229,24 +228,9 @@ func (s *Server) keepAlive(ctx context.Context, a *accounts.Account, st *rotatio
 	if err != nil || sec.RefreshToken == "" {
 		return
 	}
-	if _, ok := s.refreshQuietly(ctx, a, sec); ok {
+	if _, ok := s.renew(ctx, a, sec, s.deps.Log.Warn().Str("account_id", a.ID)); ok {
 		s.deps.Log.Info().Str("account_id", a.ID).Msg("refreshed an idle login to keep it alive")
 	}
-}
-
-// refreshQuietly refreshes a's tokens outside any request, as a request
-// would: the new secret is cached and every process told.
-func (s *Server) refreshQuietly(ctx context.Context, a *accounts.Account, stale secrets.Secret) (secrets.Secret, bool) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	fresh, err := s.deps.Refresher.Refresh(ctx, *a, stale)
-	if err != nil {
-		s.deps.Log.Warn().Str("account_id", a.ID).Err(err).Msg("token refresh failed")
-		return secrets.Secret{}, false
-	}
-	s.secrets.put(a.ID, fresh)
-	s.runtime().TokensChanged(a.ID)
-	return fresh, true
 }
 
 func later(a, b time.Time) time.Time {
