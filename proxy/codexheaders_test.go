@@ -69,19 +69,7 @@ func TestCodexHeadersPassBothWays(t *testing.T) {
 // banner with real numbers.
 func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, []acct{{accounts.KindChatGPT, "late"}, {accounts.KindChatGPT, "soon"}})
-	limit := func(used, weekly string) map[string]string {
-		return map[string]string{
-			"x-codex-primary-used-percent":        used,
-			"x-codex-primary-window-minutes":      "300",
-			"x-codex-primary-reset-after-seconds": "{{RESETS_IN}}",
-			"x-codex-secondary-used-percent":      weekly,
-			"x-codex-secondary-window-minutes":    "10080",
-			"x-codex-plan-type":                   "plus",
-		}
-	}
-	e.up.Set("late", upstreamtest.Behavior{Status: 429, ResetIn: 3 * time.Hour, Headers: limit("100", "90")})
-	e.up.Set("soon", upstreamtest.Behavior{Status: 429, ResetIn: 40 * time.Minute, Headers: limit("100", "55")})
+	e := allLimited(t)
 	for round := range 2 { // the second answers from state, asking no upstream
 		resp := e.do("POST", "/v1/responses", streamBody)
 		expectError(t, resp, 429, rerr.PoolExhausted)
@@ -127,4 +115,24 @@ func TestConnectionNamedHeadersStopAtTheProxy(t *testing.T) {
 	if resp.Header.Get("x-up-hop") != "" || resp.Header.Get("x-up-kept") != "1" {
 		t.Errorf("client got x-up-hop %q, x-up-kept %q", resp.Header.Get("x-up-hop"), resp.Header.Get("x-up-kept"))
 	}
+}
+
+// allLimited is a pool of two ChatGPT accounts both at their usage limit:
+// "late" back in 3 hours, "soon" in 40 minutes, each with its x-codex-*
+// quota on its 429.
+func allLimited(t *testing.T) *env {
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "late"}, {accounts.KindChatGPT, "soon"}})
+	limit := func(used, weekly string) map[string]string {
+		return map[string]string{
+			"x-codex-primary-used-percent":        used,
+			"x-codex-primary-window-minutes":      "300",
+			"x-codex-primary-reset-after-seconds": "{{RESETS_IN}}",
+			"x-codex-secondary-used-percent":      weekly,
+			"x-codex-secondary-window-minutes":    "10080",
+			"x-codex-plan-type":                   "plus",
+		}
+	}
+	e.up.Set("late", upstreamtest.Behavior{Status: 429, ResetIn: 3 * time.Hour, Headers: limit("100", "90")})
+	e.up.Set("soon", upstreamtest.Behavior{Status: 429, ResetIn: 40 * time.Minute, Headers: limit("100", "55")})
+	return e
 }

@@ -52,19 +52,7 @@ func TestNearlyTheClientKeyIsRefused(t *testing.T) {
 // answer carries them as headers (TestAllLimitedCarriesTheSoonestAccountsQuota).
 func TestAllLimitedFrameCarriesTheSoonestAccountsQuota(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, []acct{{accounts.KindChatGPT, "late"}, {accounts.KindChatGPT, "soon"}})
-	limit := func(used, weekly string) map[string]string {
-		return map[string]string{
-			"x-codex-primary-used-percent":        used,
-			"x-codex-primary-window-minutes":      "300",
-			"x-codex-primary-reset-after-seconds": "{{RESETS_IN}}",
-			"x-codex-secondary-used-percent":      weekly,
-			"x-codex-secondary-window-minutes":    "10080",
-			"x-codex-plan-type":                   "plus",
-		}
-	}
-	e.up.Set("late", upstreamtest.Behavior{Status: 429, ResetIn: 3 * time.Hour, Headers: limit("100", "90")})
-	e.up.Set("soon", upstreamtest.Behavior{Status: 429, ResetIn: 40 * time.Minute, Headers: limit("100", "55")})
+	e := allLimited(t)
 	c := e.openSocket()
 	for round := range 2 { // the second answers from state, asking no upstream
 		fs := turn(t, c, createFrame)

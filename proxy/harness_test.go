@@ -174,7 +174,11 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 	if pc.log != nil {
 		log = zerolog.New(pc.log)
 	}
-	deps := Deps{Selector: sel, Secrets: sec, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: log,
+	var src SecretSource = sec
+	if pc.secrets != nil {
+		src = pc.secrets(sec)
+	}
+	deps := Deps{Selector: sel, Secrets: src, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: log,
 		Refresher: pc.refresher, Adopter: pc.adopter, Aliases: live}
 	srv, err := New(cfg, deps)
 	if err != nil {

@@ -21,7 +21,10 @@ type peerConfig struct {
 	seed      uint64
 	refresher Refresher
 	adopter   Adopter
-	log       io.Writer // the proxy's log; nil: none
+	// secrets, when set, stands between the proxy and the home's secrets
+	// (a planted bug, say).
+	secrets func(SecretSource) SecretSource
+	log     io.Writer // the proxy's log; nil: none
 }
 
 // peerOption configures a proxy started by env.peer.

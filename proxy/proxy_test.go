@@ -2,13 +2,10 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -211,19 +208,8 @@ func (panicSecrets) Get(string) (secrets.Secret, error) { panic("boom: sk-secret
 // without leaking anything, and the proxy keeps serving.
 func TestPanicBecomes500(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
-	srv, err := New(Config{ClientKey: testKey, OpenAIBase: e.up.OpenAIBase()},
-		Deps{Selector: e.sel, Secrets: panicSecrets{}, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := Listen("127.0.0.1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
-	e.base = "http://" + ln.Addr().String()
+	e := newEnvWith(t, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1,
+		secrets: func(SecretSource) SecretSource { return panicSecrets{} }})
 	for range 2 { // the second request proves the process survived
 		resp := e.do("POST", "/v1/responses", streamBody)
 		if resp.StatusCode != 500 {

@@ -1,17 +1,14 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -37,29 +34,10 @@ func (a *armedSecrets) Get(id string) (secrets.Secret, error) {
 // requests go on.
 func TestSocketPanicClosesThatSocketOnly(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
-	src, err := secrets.Open(e.store.Dir(), "file", io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bug := &armedSecrets{src: src}
+	bug := &armedSecrets{}
 	var log syncBuffer
-	srv, err := New(Config{ClientKey: testKey, OpenAIBase: e.up.OpenAIBase(), ChatGPTBase: e.up.ChatGPTBase()},
-		Deps{Selector: e.sel, Secrets: bug, Log: zerolog.New(&log)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := Listen("127.0.0.1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	e.base = "http://" + ln.Addr().String()
+	e := newEnvWith(t, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1, log: &log,
+		secrets: func(src SecretSource) SecretSource { bug.src = src; return bug }})
 	hit, other := e.openSocket(), e.openSocket()
 
 	bug.armed.Store(true)
