@@ -45,19 +45,19 @@ type relay struct {
 	tokens  *usage.Tokens
 	failure string // code of a stream's failure event
 
+	// poolShown: showPoolLimits recorded the quota of the codex.rate_limits
+	// events held back (and may have rewritten them to the pool's);
+	// until the first output the relay takes no quota from events.
+	poolShown bool
+	// compactSrc is the request of a compaction (either way Codex asks
+	// for one), kept with its answer's compaction item so another account
+	// can make it again (SPEC §13).
+	compactSrc *compactSource
+
 	// Chat Completions on a ChatGPT account: the Codex events are
 	// translated as they arrive. out is the translated bytes not yet
 	// handed over (from outOff on), cut that the answer ended before the
 	// upstream's stream did.
-	// poolShown: the codex.rate_limits events held back were rewritten to
-	// the pool's limits (showPoolLimits), which recorded their own quota;
-	// until the first output the relay takes no quota from events.
-	poolShown bool
-	// compactSrc is the request of a compaction (opCompact), kept
-	// with its answer's compaction item so another account can make it
-	// again (SPEC §13).
-	compactSrc *compactSource
-
 	chat   *chat.Stream
 	out    []byte
 	outOff int

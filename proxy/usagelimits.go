@@ -239,10 +239,11 @@ func wireWindow(w *rotation.Window, now time.Time) *limitWindow {
 // showPoolLimits rewrites what the answer ans of the account of ch tells
 // of the limits, when it tells any, to the pool's: its x-codex-* window
 // headers, and the codex.rate_limits events it holds back. When the pool
-// shows that very account, the answer goes as it came. It reports
-// whether the held-back events were rewritten; their own quota is then
-// already recorded for the account.
-func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (rewrote bool) {
+// shows that very account (the one the next request would get), the
+// answer goes as it came, and the pool's view is not made. learned says
+// the held-back events' own quota is already recorded for the account,
+// so the relay need not read it again.
+func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
 	h := &ans.resp.Header
 	told := len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0
 	events := bytes.Contains(ans.pending, []byte(`"codex.rate_limits"`))
@@ -254,9 +255,12 @@ func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (rewrote bool)
 		// The account's own quota first: the pool's view is made with it.
 		learnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
 	}
+	if next, _ := s.deps.Selector.Next(); next == ch.Index {
+		return events // the serving account is the pool's view: nothing to rewrite
+	}
 	u, shown := usageLimitsOf(s.deps.Selector, now)
 	if shown == ch.Index {
-		return false
+		return events
 	}
 	if told {
 		for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
