@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -262,26 +261,6 @@ func e2eSignedInAuth(t *testing.T, dir string, id oauthtest.Identity) accounts.C
 		t.Fatal(err)
 	}
 	return tok
-}
-
-// e2eSignedInGet sends GET base/path with the client key.
-func e2eSignedInGet(t *testing.T, base, key, path string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest("GET", strings.TrimRight(base, "/")+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("GET %s%s: %v", base, path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body
 }
 
 // e2eSignedInModelCalls are the Responses requests the fake's ChatGPT
