@@ -11,12 +11,15 @@ import (
 // secretCache keeps secrets in memory so a request does not call the
 // keyring; an entry is read again once runtime state says another process
 // changed the account's tokens, or after secretTTL. A refresh after a 401
-// puts the new secret in at once.
+// puts the new secret in at once. Concurrent misses for one account share
+// one read: a burst of requests at serve start, or at a TTL's end, would
+// otherwise each ask the keyring (a D-Bus round trip each on Linux).
 type secretCache struct {
-	src   SecretSource
-	clock clock.Clock // the one changedAt is told by
-	mu    sync.Mutex
-	m     map[string]cachedSecret
+	src    SecretSource
+	clock  clock.Clock // the one changedAt is told by
+	mu     sync.Mutex
+	m      map[string]cachedSecret
+	flight map[string]*secretRead // reads in progress, by account id
 }
 
 type cachedSecret struct {
@@ -24,8 +27,19 @@ type cachedSecret struct {
 	at  time.Time
 }
 
+// secretRead is one read of the secret store that concurrent misses wait
+// for; sec and err are set before done closes.
+type secretRead struct {
+	at   time.Time // when the read started: it sees changes made before
+	done chan struct{}
+	sec  secrets.Secret
+	err  error
+	// panicked is what the read panicked with, nil if it returned.
+	panicked any
+}
+
 func newSecretCache(src SecretSource, clock clock.Clock) *secretCache {
-	return &secretCache{src: src, clock: clock, m: make(map[string]cachedSecret)}
+	return &secretCache{src: src, clock: clock, m: make(map[string]cachedSecret), flight: make(map[string]*secretRead)}
 }
 
 // secretTTL bounds how stale a cached secret may be, so tokens another
@@ -34,26 +48,67 @@ const secretTTL = 30 * time.Second
 
 // get returns the secret of id, read again when the cached copy is older
 // than secretTTL or than changedAt, the last time any process changed it.
+// A read already in progress that started after changedAt is joined.
 func (c *secretCache) get(id string, changedAt time.Time) (secrets.Secret, error) {
+	now := c.clock.Now()
 	c.mu.Lock()
-	e, ok := c.m[id]
-	c.mu.Unlock()
-	if ok && c.clock.Now().Sub(e.at) < secretTTL && !changedAt.After(e.at) {
+	if e, ok := c.m[id]; ok && now.Sub(e.at) < secretTTL && !changedAt.After(e.at) {
+		c.mu.Unlock()
 		return e.sec, nil
 	}
-	sec, err := c.src.Get(id)
-	if err != nil {
-		return secrets.Secret{}, err
+	if r := c.flight[id]; r != nil && !changedAt.After(r.at) {
+		c.mu.Unlock()
+		<-r.done
+		if r.panicked != nil {
+			panic(r.panicked)
+		}
+		return r.sec, r.err
 	}
-	c.put(id, sec)
-	return sec, nil
+	r := &secretRead{at: now, done: make(chan struct{})}
+	c.flight[id] = r
+	c.mu.Unlock()
+	c.read(id, r)
+	return r.sec, r.err
 }
 
+// read runs r, caches what it read, and lets r's waiters go, whatever
+// happens: a read that panics must not leave them waiting. A panic goes
+// on up the reader's request and is raised again in each waiter's, as if
+// each had read for itself.
+func (c *secretCache) read(id string, r *secretRead) {
+	defer func() {
+		r.panicked = recover()
+		c.mu.Lock()
+		if c.flight[id] == r {
+			delete(c.flight, id)
+		}
+		if r.err == nil && r.panicked == nil {
+			c.store(id, r.sec, r.at)
+		}
+		c.mu.Unlock()
+		close(r.done)
+		if r.panicked != nil {
+			panic(r.panicked)
+		}
+	}()
+	r.sec, r.err = c.src.Get(id)
+}
+
+// put caches sec as id's secret from now on.
 func (c *secretCache) put(id string, sec secrets.Secret) {
 	c.mu.Lock()
+	c.store(id, sec, c.clock.Now())
+	c.mu.Unlock()
+}
+
+// store caches sec as read at at, unless a newer copy is already in.
+// Callers hold c.mu.
+func (c *secretCache) store(id string, sec secrets.Secret, at time.Time) {
+	if e, ok := c.m[id]; ok && e.at.After(at) {
+		return // a refresh put a newer secret in while this read ran
+	}
 	if len(c.m) > 10_000 {
 		clear(c.m) // bounded: a cache miss costs one backend read
 	}
-	c.m[id] = cachedSecret{sec: sec, at: c.clock.Now()}
-	c.mu.Unlock()
+	c.m[id] = cachedSecret{sec: sec, at: at}
 }
