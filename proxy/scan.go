@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -214,39 +216,70 @@ func (p scanner) array(i, depth int) int {
 func (p scanner) str(i int) int {
 	b := p.b
 	i++
-	// Keys and short values end within a few bytes, sooner than a call
-	// to IndexByte pays for itself.
-	for n := min(i+shortString, len(b)); i < n; i++ {
-		switch b[i] {
-		case '"':
+	// Keys, short values and text dense with escapes (code, mostly) are
+	// read 8 bytes at a time, for as long as a special byte keeps turning
+	// up within shortString bytes.
+	for n := min(i+shortString, len(b)); i+8 <= n; {
+		m := specials(binary.LittleEndian.Uint64(b[i:]))
+		if m == 0 {
+			i += 8
+			continue
+		}
+		i += bits.TrailingZeros64(m) >> 3
+		if b[i] == '"' {
 			return i + 1
-		case '\\':
-			if i = p.escape(i); i < 0 {
+		}
+		if i = p.escape(i); i < 0 {
+			return -1
+		}
+		n = min(i+shortString, len(b))
+	}
+	// A long string is read a chunk at a time, each chunk twice (for its
+	// quote, then for escapes before it) while it is still in the cache:
+	// two passes over a whole 2 MiB string would read it from memory twice.
+	for i < len(b) {
+		end := min(i+strChunk, len(b))
+		q := end // the first quote in the chunk not yet known to be escaped
+		if j := bytes.IndexByte(b[i:end], '"'); j >= 0 {
+			q = i + j
+		}
+		for i <= q {
+			bs := bytes.IndexByte(b[i:q], '\\')
+			if bs < 0 {
+				if q < end {
+					return q + 1
+				}
+				i = end
+				break
+			}
+			if i = p.escape(i + bs); i < 0 {
 				return -1
 			}
-			i--
 		}
+		// Here the chunk had no closing quote, or an escape (\") took it:
+		// the next chunk starts at i.
 	}
-	q := bytes.IndexByte(b[i:], '"') + i // the first quote not yet known to be escaped
-	for {
-		if q < i {
-			return -1
-		}
-		bs := bytes.IndexByte(b[i:q], '\\')
-		if bs < 0 {
-			return q + 1
-		}
-		if i = p.escape(i + bs); i < 0 {
-			return -1
-		}
-		if i > q { // the escape was \" and took the quote
-			q = bytes.IndexByte(b[i:], '"') + i
-		}
-	}
+	return -1
 }
 
-// shortString is how far str looks byte by byte.
-const shortString = 24
+// specials marks the bytes of x (8 bytes of a string, first byte lowest)
+// that are a quote or a backslash: the lowest set bit is in the first
+// such byte. Bits above it may be false positives (a borrow), so only the
+// lowest counts.
+func specials(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, bs := x^(ones*'"'), x^(ones*'\\')
+	return ((q-ones)&^q | (bs-ones)&^bs) & highs
+}
+
+// shortString is how far str looks 8 bytes at a time past the last
+// special byte before it turns to IndexByte, which costs more to call
+// than to run on a short string.
+const shortString = 64
+
+// strChunk is how much of a long string str reads at a time: well
+// within a core's L1 and L2 caches.
+const strChunk = 16 << 10
 
 // escape scans the escape sequence at i.
 func (p scanner) escape(i int) int {

@@ -136,3 +136,17 @@ func BenchmarkScanBody(b *testing.B) {
 		})
 	}
 }
+
+// Long strings are read in chunks: quotes, escapes and escapes that take
+// a quote, right at and around a chunk's end, scan as encoding/json says.
+func TestScanLongStringsAcrossChunks(t *testing.T) {
+	t.Parallel()
+	for _, piece := range []string{`\"`, `\\`, `\u00e9`, `\n`, `"`, `\`, `\u00`, `\\\"`} {
+		for at := strChunk - 8; at <= strChunk+8; at++ {
+			for _, tail := range []string{`"`, `"}`, ``, `\"`} {
+				s := `{"a":"` + strings.Repeat("x", at) + piece + strings.Repeat("y", 40) + tail
+				checkScan(t, []byte(s))
+			}
+		}
+	}
+}
