@@ -70,9 +70,10 @@
 // running) and the generator (coding-week/1) with its seed; see Workload
 // and Generator. The same file always gives the same requests, and the
 // same tables. With -seeds N the command replays each workload with N
-// seeds instead (the file's own first) and prints a summary: how often
-// rotor's policy held, and every policy's sums; -demand scales the
-// conversations an hour (which also draws other weeks).
+// seeds instead (the file's own first, or from -first-seed on) and prints
+// a summary: how often rotor's policy held, and every policy's sums;
+// -demand scales the conversations an hour (which also draws other
+// weeks).
 package main
 
 import (
@@ -89,6 +90,7 @@ type options struct {
 	dir    string
 	only   string
 	seeds  int
+	first  int
 	demand float64
 }
 
@@ -97,6 +99,7 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "testdata/sim", "the folder of workload files (*.json)")
 	flag.StringVar(&o.only, "workload", "", "replay only the workload of this name")
 	flag.IntVar(&o.seeds, "seeds", 0, "instead of the tables, replay each workload with this many seeds (its own first) and summarise")
+	flag.IntVar(&o.first, "first-seed", 0, "with -seeds: start at this seed of each workload (0, the default, is its file's own): a later start replays weeks the policy was not tuned on")
 	flag.Float64Var(&o.demand, "demand", 1, "with -seeds: scale every workload's conversations an hour by this")
 	flag.Parse()
 	if err := run(os.Stdout, &o); err != nil {
@@ -113,9 +116,9 @@ func run(out io.Writer, o *options) error {
 		return err
 	}
 	if o.seeds > 0 {
-		sweepHeader(out, o.seeds, o.demand)
+		sweepHeader(out, o.first, o.seeds, o.demand)
 		for _, w := range ws {
-			if err := sweep(out, w, o.seeds, o.demand); err != nil {
+			if err := sweep(out, w, o.first, o.seeds, o.demand); err != nil {
 				return fmt.Errorf("%s: %w", w.Name, err)
 			}
 		}
