@@ -96,6 +96,39 @@ func TestExpiringDoesNotPreferANearlySpentAccount(t *testing.T) {
 	}
 }
 
+// Weekly quota that resets soon is spent through the account's five-hour
+// windows: a five-hour window filling fast does not hold it back while it
+// has room for more than the conversations already running there, and it
+// stops drawing new ones when that room is gone (they would have to move).
+func TestExpiringSpendsWeeklyQuotaUntilTheFiveHourWindowIsNearlyFull(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 2)
+	now := f.clk.Now()
+	// Account 1's weekly window has 60% left and resets in 20 hours; its
+	// five-hour window is 40% used an hour into it (on course to fill
+	// before its reset). Account 2 is unknown.
+	busy := Quota{Primary: fiveHourLeft(now, 40, 4*time.Hour), Secondary: weeklyLeft(now, 40, 20*time.Hour)}
+	f.rt.SetQuota(f.id(1), busy)
+	if got := expiring(&busy, now.UnixNano()); got < 0.8 {
+		t.Fatalf("expiring of weekly quota about to be lost, five-hour window busy = %v, want at least 0.8", got)
+	}
+	if counts := f.picksFor(10); counts[1] != 10 {
+		t.Fatalf("picks %v: the weekly quota about to expire was not spent while its five-hour window had room", counts[1:])
+	}
+	// With 20% of the five-hour window left, that room belongs to the
+	// conversations running there: new ones go elsewhere.
+	g := newFixture(t, 2)
+	gnow := g.clk.Now()
+	full := Quota{Primary: fiveHourLeft(gnow, 80, 3*time.Hour), Secondary: weeklyLeft(gnow, 40, 20*time.Hour)}
+	g.rt.SetQuota(g.id(1), full)
+	if got := expiring(&full, gnow.UnixNano()); got > 0 {
+		t.Fatalf("expiring with the five-hour window nearly full = %v, want none", got)
+	}
+	if counts := g.picksFor(10); counts[2] != 10 {
+		t.Fatalf("picks %v: new conversations went to an account whose five-hour window is nearly full", counts[1:])
+	}
+}
+
 func TestExpiringIsNeutralWhenNothingIsKnown(t *testing.T) {
 	t.Parallel()
 	now := newFakeClock().Now()

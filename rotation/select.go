@@ -308,13 +308,19 @@ func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool)
 // and idle time's 0.3.
 const expiringWeight = 0.5
 
+// roomKept is the share of the five-hour window expiring keeps for the
+// conversations already running on an account: below it, the account's
+// weekly quota no longer draws new ones (see expiring).
+const roomKept = 0.25
+
 // Spending what expires first (SPEC §15). A quota window starts at its
 // first use and throws away whatever is left of it when it resets, so of
 // two accounts that could take a new conversation, the one whose window
 // would otherwise lose quota soonest should take it: the other's quota
 // keeps. expiring scores that from the windows of the last quota snapshot
-// q, between -0.1 and 1; 0 when nothing is known, so an account never
-// seen is neither preferred nor avoided.
+// q (primary: five hours; secondary: the week), between -0.1 and 1; 0
+// when nothing is known, so an account never seen is neither preferred
+// nor avoided.
 //
 //   - Urgency, per window with more than 5% left (less is the deferral's
 //     business, and too little to steer to): how far its room is ahead of
@@ -322,26 +328,36 @@ const expiringWeight = 0.5
 //     At 1 the window would be used up exactly at its reset if spent at an
 //     even pace; above it some of it would be lost at that pace, and the
 //     sooner the reset, the higher need climbs. Urgency rises from 0 at
-//     need 1 to 1 at need 3; the account's is its most urgent window's.
-//   - A brake: a window on course to fill before it resets (its use so
-//     far, at its pace so far, reaches 100% by the reset) loses nothing,
-//     and a new conversation sent there would likely have to move when it
-//     fills, losing its prompt cache. So urgency counts in full only while
-//     every window is projected to end at most half used, fading to
-//     nothing at a projected 100%; and an account projected to overrun a
-//     window scores a little lower, the way a nearly spent one should.
+//     need 1 to 1 at need 3.
+//   - The weekly window's urgency is held back only by the five-hour
+//     window's room: it counts in full while more than half of the
+//     five-hour window is left, and fades to nothing as the room falls to
+//     roomKept, which the conversations already running there will need
+//     (a new one sent to a full account would have to move, losing its
+//     prompt cache). It is not held back by pace: an account whose weekly
+//     quota expires on Tuesday has to spend it in the working hours before
+//     then, so its five-hour windows should fill, not idle along at an
+//     even pace and reset half used.
+//   - The five-hour window's own urgency (room left late in the window)
+//     counts in full only while both windows are on course, at their pace
+//     so far, to end at most half used, fading to nothing at a projected
+//     100%: steering more work to a window already filling fast would only
+//     make it fill before its reset.
+//   - An account on course to overrun a window scores up to 0.1 lower.
 //
-// It is one term of the score, weighed against health and spreading: a
-// failing or just-picked account still loses to a healthy idle one. Pins
-// and session affinity come before any score, so a running conversation
-// keeps its account. cmd/rotor-sim measures the policy against simpler
-// ones (docs/PERFORMANCE.md).
+// The account's score is the larger of the two. It is one term of the
+// score, weighed against health and spreading: a failing or just-picked
+// account still loses to a healthy idle one. Pins and session affinity
+// come before any score, so a running conversation keeps its account.
+// cmd/rotor-sim measures the policy against simpler ones
+// (docs/PERFORMANCE.md).
 func expiring(q *Quota, nowNS int64) float64 {
 	if q == nil {
 		return 0
 	}
-	urgency, gate, overrun := 0.0, 1.0, 0.0
-	for _, w := range [2]*Window{q.Primary, q.Secondary} {
+	var urgency, projected [2]float64 // five-hour, weekly
+	room := [2]float64{1, 1}
+	for i, w := range [2]*Window{q.Primary, q.Secondary} {
 		if w == nil || w.WindowMinutes <= 0 || w.ResetsAt.IsZero() {
 			continue // no length or no reset: nothing says when it expires
 		}
@@ -351,18 +367,23 @@ func expiring(q *Quota, nowNS int64) float64 {
 		}
 		toRun := min(float64(left)/float64(time.Duration(w.WindowMinutes)*time.Minute), 1)
 		used := min(max(w.UsedPercent/100, 0), 1)
-		if room := 1 - used; room > 0.05 {
-			need := room / max(toRun, 1e-3)
-			urgency = max(urgency, min(max((need-1)/2, 0), 1))
+		if room[i] = 1 - used; room[i] > 0.05 {
+			need := room[i] / max(toRun, 1e-3)
+			urgency[i] = min(max((need-1)/2, 0), 1)
 		}
 		// The pace counts from a fifth of the window on: the first minutes
 		// of a window say little about how fast it fills.
-		projected := used / max(1-toRun, 0.2)
-		gate = min(gate, min(max((1-projected)/0.5, 0), 1))
-		overrun = max(overrun, min(max(projected-1, 0), 1))
+		projected[i] = used / max(1-toRun, 0.2)
 	}
-	return gate*urgency - 0.1*overrun
+	weekly := urgency[1] * min(max((room[0]-roomKept)/roomKept, 0), 1)
+	fiveHour := urgency[0] * onCourse(projected[0]) * onCourse(projected[1])
+	overrun := min(max(max(projected[0], projected[1])-1, 0), 1)
+	return max(weekly, fiveHour) - 0.1*overrun
 }
+
+// onCourse is 1 for a window projected to end at most half used, fading
+// to 0 at a projected 100%.
+func onCourse(projected float64) float64 { return min(max((1-projected)/0.5, 0), 1) }
 
 // refuse builds the explanation of an empty pick. Callers hold rt.mu.
 func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {

@@ -11,41 +11,58 @@ import (
 // policy was tuned on seeds 0-15; -first-seed 16 replays weeks it was not.
 const seedStep = 7919
 
-// sweep replays w with n seeds from seed first (0 is the file's) and demand times its
-// conversations an hour, and prints one line of a summary table: in how
-// many weeks rotor blocked no longer than the best baseline and moved no
-// more conversations than least-used, each policy's sums, and the mean
-// share of weekly quota each let expire.
-func sweep(out io.Writer, w *Workload, first, n int, demand float64) error {
+// summary is what a sweep found for one workload, each array in the
+// order of Policies.
+type summary struct {
+	weeks       int
+	heldBlocked int // weeks rotor blocked no longer than the best baseline
+	heldMoved   int // weeks rotor moved no more conversations than least-used
+	blocked     [4]time.Duration
+	moved       [4]int
+	expired     [4]float64 // mean share of the weekly quota
+}
+
+// summarise replays w with n seeds from seed first (0 is the file's) and
+// demand times its conversations an hour.
+func summarise(w *Workload, first, n int, demand float64) (summary, error) {
 	base := *w
 	base.Generator.ConversationsPerHour *= demand
-	var blocked [4]time.Duration
-	var moved [4]int
-	var expired [4]float64
-	heldBlocked, heldMoved := 0, 0
+	s := summary{weeks: n}
 	for i := range n {
 		v := base
 		v.Generator.Seed = w.Generator.Seed + uint64(first+i)*seedStep
 		res, err := ReplayAll(&v)
 		if err != nil {
-			return err
+			return s, err
 		}
 		for p, r := range res {
-			blocked[p] += r.Blocked
-			moved[p] += r.Moved
-			expired[p] += r.WeeklyExpired / float64(n)
+			s.blocked[p] += r.Blocked
+			s.moved[p] += r.Moved
+			s.expired[p] += r.WeeklyExpired / float64(n)
 		}
 		if res[0].Blocked <= bestBaseline(res) {
-			heldBlocked++
+			s.heldBlocked++
 		}
 		if res[0].Moved <= resultOf(res, PolicyLeastUsed).Moved {
-			heldMoved++
+			s.heldMoved++
 		}
+	}
+	return s, nil
+}
+
+// sweep prints one line of a summary table for w (see summarise): in how
+// many weeks rotor blocked no longer than the best baseline and moved no
+// more conversations than least-used, each policy's sums, and the mean
+// share of weekly quota each let expire.
+func sweep(out io.Writer, w *Workload, first, n int, demand float64) error {
+	s, err := summarise(w, first, n, demand)
+	if err != nil {
+		return err
 	}
 	minutes := func(d time.Duration) int { return int(d / time.Minute) }
 	fmt.Fprintf(out, "| %s | %d of %d | %d of %d | %d / %d / %d / %d | %d / %d / %d / %d | %.0f%% / %.0f%% / %.0f%% / %.0f%% |\n",
-		w.Name, heldBlocked, n, heldMoved, n, minutes(blocked[0]), minutes(blocked[1]), minutes(blocked[2]), minutes(blocked[3]),
-		moved[0], moved[1], moved[2], moved[3], 100*expired[0], 100*expired[1], 100*expired[2], 100*expired[3])
+		w.Name, s.heldBlocked, n, s.heldMoved, n, minutes(s.blocked[0]), minutes(s.blocked[1]), minutes(s.blocked[2]), minutes(s.blocked[3]),
+		s.moved[0], s.moved[1], s.moved[2], s.moved[3], 100*s.expired[0], 100*s.expired[1], 100*s.expired[2], 100*s.expired[3])
 	return nil
 }
 
