@@ -245,24 +245,7 @@ func TestE2ECodexSessionMovesWithItsReasoning(t *testing.T) {
 
 			// rotor moved the session: two forwarded requests, on two
 			// accounts, over the transport under test.
-			var forwarded []gjson.Result
-			for _, l := range e2eRequestLogs(r.stderr) {
-				if l.Get("account").Exists() {
-					forwarded = append(forwarded, l)
-					if got := l.Get("transport").Str; got != tc.transport {
-						t.Errorf("a request came over %q, want %q: %s", got, tc.transport, l.Raw)
-					}
-				}
-			}
-			if len(forwarded) < 2 {
-				t.Fatalf("want the tool call and the answer as two requests, got %d: %s", len(forwarded), r.stderr)
-			}
-			if a, b := forwarded[0].Get("account").Int(), forwarded[len(forwarded)-1].Get("account").Int(); a == b {
-				t.Errorf("no failover: the session stayed on account %d", a)
-			}
-			if !strings.Contains(r.stderr, "failover: trying another account") {
-				t.Errorf("no failover logged")
-			}
+			e2eMovedSession(t, r.stderr, tc.transport)
 
 			// On the wire: the first account answered, was refused the next
 			// request at its limit, and the second served that request.
@@ -531,6 +514,33 @@ func TestE2ECodexSessionMovesWithItsCompaction(t *testing.T) {
 		t.Errorf("rotor logged no compaction made again on the new account (context \"recompacted\"): %s", r.stderr)
 	}
 	if !strings.Contains(r.stderr, "failover: trying another account") {
+		t.Errorf("no failover logged")
+	}
+}
+
+// e2eMovedSession checks rotor's log of a Codex turn (stderr) for a
+// session moved mid-turn: at least two forwarded requests, all over
+// transport, the last on another account than the first, and the
+// failover logged.
+func e2eMovedSession(t *testing.T, stderr, transport string) {
+	t.Helper()
+	var forwarded []gjson.Result
+	for _, l := range e2eRequestLogs(stderr) {
+		if !l.Get("account").Exists() {
+			continue
+		}
+		forwarded = append(forwarded, l)
+		if got := l.Get("transport").Str; got != transport {
+			t.Errorf("a request came over %q, want %q: %s", got, transport, l.Raw)
+		}
+	}
+	if len(forwarded) < 2 {
+		t.Fatalf("want the tool call and the answer as two requests over %s, got %d: %s", transport, len(forwarded), stderr)
+	}
+	if a, b := forwarded[0].Get("account").Int(), forwarded[len(forwarded)-1].Get("account").Int(); a == b {
+		t.Errorf("no failover: the session stayed on account %d", a)
+	}
+	if !strings.Contains(stderr, "failover: trying another account") {
 		t.Errorf("no failover logged")
 	}
 }

@@ -31,14 +31,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
@@ -192,46 +190,6 @@ func newE2ETap(t *testing.T, target string) *e2eTap {
 // ---------------------------------------------------------------------------
 // Helpers.
 
-// e2eSignedInServe starts `rotor serve --port 0` with args and returns it
-// once its proxy.json is written, and a stop that sends SIGTERM and
-// expects exit 0 within 40 s (also run at the end of the test).
-func (w *e2eWorld) e2eSignedInServe(args ...string) (p *e2eProc, in home.Info, stop func()) {
-	w.t.Helper()
-	p = w.start(5*time.Minute, w.bin, append([]string{"serve", "--port", "0", "--log-format", "json"}, args...)...)
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-				if p.err != nil {
-					w.t.Errorf("rotor serve after SIGTERM: %v\nstderr:\n%s", p.err, p.stderr.String())
-				}
-			case <-time.After(40 * time.Second):
-				w.t.Errorf("rotor serve did not stop within 40s of SIGTERM")
-			}
-		})
-	}
-	w.t.Cleanup(stop)
-	go func() {
-		for range p.lines {
-		}
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if in, err := home.ReadInfo(w.home); err == nil && in.PID == p.cmd.Process.Pid {
-			return p, in, stop
-		}
-		select {
-		case <-p.done:
-			w.t.Fatalf("rotor serve exited: %v\nstderr:\n%s", p.err, p.stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	w.t.Fatalf("rotor serve wrote no proxy.json within 15s\nstderr:\n%s", p.stderr.String())
-	return nil, home.Info{}, nil
-}
-
 // e2eSignedInAuth writes a Codex auth.json for id into dir, with unsigned
 // tokens shaped as the sign-in server issues them, and returns its tokens.
 func e2eSignedInAuth(t *testing.T, dir string, id oauthtest.Identity) accounts.CodexTokens {
@@ -379,7 +337,7 @@ func TestE2ECodexSignedIn(t *testing.T) {
 	// backend as it starts (SPEC §15), and the runtime state is shared
 	// through ROTOR_HOME. Above 95% used, the pool keeps the other account
 	// for when Codex's own cannot serve.
-	_, _, stopPin := w.e2eSignedInServe("--account", "2")
+	_, _, stopPin := w.serveWith("--account", "2")
 	for deadline := time.Now().Add(10 * time.Second); e2eUsageReads(w.up) < 2; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the serve did not read both accounts' usage within 10s: %d reads", e2eUsageReads(w.up))
@@ -393,7 +351,7 @@ func TestE2ECodexSignedIn(t *testing.T) {
 	}
 
 	// The serve Codex uses, and the link.
-	serve, in, stopServe := w.e2eSignedInServe("--log-level", "debug")
+	serve, in, stopServe := w.serveWith("--log-level", "debug")
 	tap := newE2ETap(t, strings.TrimSuffix(in.URL, "/v1"))
 	r := w.rotor(30*time.Second, "", "codex", "link", "--url", tap.URL)
 	if r.code != 0 {

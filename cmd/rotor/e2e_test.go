@@ -595,18 +595,31 @@ func (p *e2eProc) wait() int {
 // must exit 0).
 func (w *e2eWorld) serve() home.Info {
 	w.t.Helper()
-	p := w.start(5*time.Minute, w.bin, "serve", "--port", "0", "--log-format", "json")
-	w.t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			if p.err != nil {
-				w.t.Errorf("rotor serve after SIGTERM: %v\nstderr:\n%s", p.err, p.stderr.String())
+	_, in, _ := w.serveWith()
+	return in
+}
+
+// serveWith starts `rotor serve --port 0` with args and returns it
+// once its proxy.json is written, and a stop that sends SIGTERM and
+// expects exit 0 within 40 s (also run at the end of the test).
+func (w *e2eWorld) serveWith(args ...string) (p *e2eProc, in home.Info, stop func()) {
+	w.t.Helper()
+	p = w.start(5*time.Minute, w.bin, append([]string{"serve", "--port", "0", "--log-format", "json"}, args...)...)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+				if p.err != nil {
+					w.t.Errorf("rotor serve after SIGTERM: %v\nstderr:\n%s", p.err, p.stderr.String())
+				}
+			case <-time.After(40 * time.Second):
+				w.t.Errorf("rotor serve did not stop within 40s of SIGTERM")
 			}
-		case <-time.After(40 * time.Second):
-			w.t.Errorf("rotor serve did not stop within 40s of SIGTERM")
-		}
-	})
+		})
+	}
+	w.t.Cleanup(stop)
 	go func() {
 		for range p.lines {
 		}
@@ -614,7 +627,7 @@ func (w *e2eWorld) serve() home.Info {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		if in, err := home.ReadInfo(w.home); err == nil && in.PID == p.cmd.Process.Pid {
-			return in
+			return p, in, stop
 		}
 		select {
 		case <-p.done:
@@ -623,7 +636,7 @@ func (w *e2eWorld) serve() home.Info {
 		}
 	}
 	w.t.Fatalf("rotor serve wrote no proxy.json within 15s\nstderr:\n%s", p.stderr.String())
-	return home.Info{}
+	return nil, home.Info{}, nil
 }
 
 // e2ePost sends one Responses request to a rotor proxy.
