@@ -3,10 +3,9 @@ package proxy
 import (
 	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/prices"
+	"github.com/rotorproxy/rotor/proxy/promtext"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -30,9 +29,9 @@ import (
 type costMetrics struct {
 	table    *prices.Table
 	sel      *rotation.Selector
-	cost     *prometheus.CounterVec
-	saved    *prometheus.CounterVec
-	unpriced *prometheus.CounterVec
+	cost     *promtext.CounterVec
+	saved    *promtext.CounterVec
+	unpriced *promtext.CounterVec
 	series   readMostly[costKey, *costSeries]
 }
 
@@ -47,7 +46,7 @@ type costKey struct {
 // costSeries are the counters of one label set, resolved once: cost and
 // saved for a priced model, unpriced for the others.
 type costSeries struct {
-	cost, saved, unpriced prometheus.Counter
+	cost, saved, unpriced *promtext.Counter
 }
 
 // costKinds are the kind label of each account kind.
@@ -55,23 +54,21 @@ var costKinds = map[accounts.Kind]string{accounts.KindAPIKey: "cost", accounts.K
 
 // newCostMetrics registers the cost counters on reg, pricing with table
 // (nil: the shipped prices).
-func newCostMetrics(table *prices.Table, sel *rotation.Selector, reg *prometheus.Registry) *costMetrics {
+func newCostMetrics(table *prices.Table, sel *rotation.Selector, reg *promtext.Registry) *costMetrics {
 	if table == nil {
 		table = prices.Shipped()
 	}
-	c := &costMetrics{table: table, sel: sel,
-		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_cost_usd_total",
-			Help: "USD at the price table's prices of the usage of priced models, by account, model and kind: cost (API-key accounts) or value (ChatGPT accounts, at API prices)."},
-			[]string{"account", "model", "kind"}),
-		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_cache_saved_usd_total",
-			Help: "USD cached input saved at the price table's prices, by account and model."},
-			[]string{"account", "model"}),
-		unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_unpriced_tokens_total",
-			Help: "Input and output tokens of models the price table does not know (in no USD total), by account and kind."},
-			[]string{"account", "kind"}),
+	return &costMetrics{table: table, sel: sel,
+		cost: reg.CounterVec("rotor_cost_usd_total",
+			"USD at the price table's prices of the usage of priced models, by account, model and kind: cost (API-key accounts) or value (ChatGPT accounts, at API prices).",
+			"account", "model", "kind"),
+		saved: reg.CounterVec("rotor_cache_saved_usd_total",
+			"USD cached input saved at the price table's prices, by account and model.",
+			"account", "model"),
+		unpriced: reg.CounterVec("rotor_unpriced_tokens_total",
+			"Input and output tokens of models the price table does not know (in no USD total), by account and kind.",
+			"account", "kind"),
 	}
-	reg.MustRegister(c.cost, c.saved, c.unpriced)
-	return c
 }
 
 // count prices the tokens t of a request for model, served by the account
@@ -105,8 +102,8 @@ func (c *costMetrics) count(model string, t *usage.Tokens, ch *rotation.Choice, 
 func (c *costMetrics) newSeries(k costKey, _ int) (*costSeries, bool) {
 	account, kind := strconv.Itoa(k.index), costKinds[k.kind]
 	if k.model == "" {
-		return &costSeries{unpriced: c.unpriced.WithLabelValues(account, kind)}, true
+		return &costSeries{unpriced: c.unpriced.With(account, kind)}, true
 	}
-	return &costSeries{cost: c.cost.WithLabelValues(account, k.model, kind),
-		saved: c.saved.WithLabelValues(account, k.model)}, true
+	return &costSeries{cost: c.cost.With(account, k.model, kind),
+		saved: c.saved.With(account, k.model)}, true
 }

@@ -8,9 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
+	"github.com/rotorproxy/rotor/proxy/promtext"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -26,14 +24,14 @@ import (
 // maxLabelValues each, and nothing a request carries (its id, key, cache
 // key) is ever a label.
 type metrics struct {
-	reg       *prometheus.Registry
-	requests  *prometheus.CounterVec
-	tokens    *prometheus.CounterVec
-	ttfb      prometheus.Histogram
-	duration  prometheus.Histogram
-	inFlight  prometheus.Gauge
-	streams   prometheus.Gauge
-	failovers [verdictCount]prometheus.Counter
+	reg       promtext.Registry
+	requests  *promtext.CounterVec
+	tokens    *promtext.CounterVec
+	ttfb      *promtext.Histogram
+	duration  *promtext.Histogram
+	inFlight  *promtext.Gauge
+	streams   *promtext.Gauge
+	failovers [verdictCount]*promtext.Counter
 	models    boundedNames
 	codes     boundedNames
 	series    readMostly[seriesKey, *series]
@@ -62,47 +60,40 @@ type seriesKey struct {
 
 // series are the counters of one label set, resolved once.
 type series struct {
-	requests              prometheus.Counter
-	input, cached, output prometheus.Counter
+	requests              *promtext.Counter
+	input, cached, output *promtext.Counter
 }
 
 // newMetrics registers rotor's metrics, the pool's gauges (read from sel
-// at scrape time) and the Go runtime's and the process's, on a registry
-// of the Server's own.
+// at scrape time) and the process's own, on a registry of the Server's
+// own.
 func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_requests_total",
-			Help: "Finished requests by the account that answered (or was tried last), model as sent, status and error code."},
-			[]string{"account", "label", "model", "status", "code"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_tokens_total",
-			Help: "Tokens the upstream reported, by account, model and type (input, cached input, output)."},
-			[]string{"account", "label", "model", "type"}),
-		ttfb: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rotor_ttfb_seconds",
-			Help:    "Time from a request's arrival to the first byte of its answer, for every request an upstream answered (errors included).",
-			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rotor_request_duration_seconds",
-			Help:    "Time from a request's arrival to its end, streams included.",
-			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rotor_requests_in_flight",
-			Help: "Requests read and not yet finished."}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rotor_open_streams",
-			Help: "Streamed answers being relayed now."}),
-		models: boundedNames{limit: maxLabelValues},
-		codes:  boundedNames{limit: maxLabelValues},
-		sel:    sel,
-	}
-	failovers := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rotor_failovers_total",
-		Help: "Upstream attempts whose outcome moves the request on to another account, by outcome."},
-		[]string{"outcome"})
+	m := &metrics{models: boundedNames{limit: maxLabelValues}, codes: boundedNames{limit: maxLabelValues}, sel: sel}
+	r := &m.reg
+	m.requests = r.CounterVec("rotor_requests_total",
+		"Finished requests by the account that answered (or was tried last), model as sent, status and error code.",
+		"account", "label", "model", "status", "code")
+	m.tokens = r.CounterVec("rotor_tokens_total",
+		"Tokens the upstream reported, by account, model and type (input, cached input, output).",
+		"account", "label", "model", "type")
+	m.ttfb = r.Histogram("rotor_ttfb_seconds",
+		"Time from a request's arrival to the first byte of its answer, for every request an upstream answered (errors included).",
+		[]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120})
+	m.duration = r.Histogram("rotor_request_duration_seconds",
+		"Time from a request's arrival to its end, streams included.",
+		[]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})
+	m.inFlight = r.Gauge("rotor_requests_in_flight", "Requests read and not yet finished.")
+	m.streams = r.Gauge("rotor_open_streams", "Streamed answers being relayed now.")
+	failovers := r.CounterVec("rotor_failovers_total",
+		"Upstream attempts whose outcome moves the request on to another account, by outcome.", "outcome")
 	for v := range verdictCount {
 		if failover[v].rotate {
-			m.failovers[v] = failovers.WithLabelValues(failover[v].name)
+			m.failovers[v] = failovers.With(failover[v].name)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.tokens, m.ttfb, m.duration, m.inFlight, m.streams, failovers,
-		poolCollector{sel: sel, sockets: sockets},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pool := poolGauges{sel: sel, sockets: sockets}
+	r.Func(pool.write)
+	r.Func(promtext.Process)
 	return m
 }
 
@@ -162,10 +153,10 @@ func (m *metrics) newSeries(k seriesKey, _ int) (*series, bool) {
 	}
 	status := strconv.Itoa(k.status)
 	return &series{
-		requests: m.requests.WithLabelValues(account, label, k.model, status, k.code),
-		input:    m.tokens.WithLabelValues(account, label, k.model, "input"),
-		cached:   m.tokens.WithLabelValues(account, label, k.model, "cached"),
-		output:   m.tokens.WithLabelValues(account, label, k.model, "output"),
+		requests: m.requests.With(account, label, k.model, status, k.code),
+		input:    m.tokens.With(account, label, k.model, "input"),
+		cached:   m.tokens.With(account, label, k.model, "cached"),
+		output:   m.tokens.With(account, label, k.model, "output"),
 	}, true
 }
 

@@ -219,7 +219,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.identities = newIdentities(deps.IdentityKey)
 	s.metrics = newMetrics(deps.Selector, &s.sockets)
-	s.costs = newCostMetrics(deps.Prices, deps.Selector, s.metrics.reg)
+	s.costs = newCostMetrics(deps.Prices, deps.Selector, &s.metrics.reg)
 	s.setKey(cfg.ClientKey)
 	s.exits = newExits(&s.cfg)
 	s.srv = &fasthttp.Server{
