@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // ContentType is the Content-Type of what Registry.Append writes.
@@ -242,19 +243,33 @@ func (w *Writer) Sample(name string, v float64, labels ...string) {
 }
 
 // appendEscaped escapes backslashes and line feeds (and, in a label
-// value, double quotes) as the text format requires.
+// value, double quotes) as the text format requires, and writes bytes that
+// are not UTF-8 as U+FFFD: a label value can come from a request (the
+// model as sent), and one bad byte would make a scraper refuse the whole
+// exposition.
 func appendEscaped(b []byte, s string, quote bool) []byte {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
 		case c == '\\':
 			b = append(b, `\\`...)
 		case c == '\n':
 			b = append(b, `\n`...)
 		case c == '"' && quote:
 			b = append(b, `\"`...)
-		default:
+		case c < utf8.RuneSelf:
 			b = append(b, c)
+		default:
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				b = utf8.AppendRune(b, utf8.RuneError)
+			} else {
+				b = append(b, s[i:i+n]...)
+			}
+			i += n
+			continue
 		}
+		i++
 	}
 	return b
 }

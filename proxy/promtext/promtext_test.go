@@ -38,6 +38,7 @@ func TestExpositionParses(t *testing.T) {
 		h.Observe(x)
 	}
 	v.With(`we"ird\`+"\nname", "").Inc()
+	v.With("bad\xffbyte é", "x").Inc() // a model as sent: not UTF-8
 
 	text := string(r.Append(nil))
 	parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -66,14 +67,14 @@ func TestExpositionParses(t *testing.T) {
 		t.Errorf("cumulative buckets (le 0.1, 1, 10, +Inf) %v, want %v (an observation equal to a bound counts in it)", cum, want)
 	}
 	vs := fams["v_total"].Metric
-	if len(vs) != 2 {
-		t.Fatalf("labelled counter has %d series, want 2:\n%s", len(vs), text)
+	if len(vs) != 3 {
+		t.Fatalf("labelled counter has %d series, want 3:\n%s", len(vs), text)
 	}
 	found := map[string]float64{}
 	for _, m := range vs {
 		found[m.Label[0].GetValue()+"|"+m.Label[1].GetValue()] = m.Counter.GetValue()
 	}
-	if found["gpt-5|ok"] != 16000 || found[`we"ird\`+"\nname|"] != 1 {
+	if found["gpt-5|ok"] != 16000 || found[`we"ird\`+"\nname|"] != 1 || found["bad\uFFFDbyte é|x"] != 1 {
 		t.Errorf("labelled series %v", found)
 	}
 	if _, ok := fams["empty_total"]; ok || strings.Contains(text, "empty_total") {
