@@ -228,3 +228,17 @@ func BenchmarkMetricsFinished(b *testing.B) {
 		}
 	})
 }
+
+// A model named with bytes that are not UTF-8 (the body is forwarded as
+// sent) is counted, and the exposition still parses: its label value
+// carries U+FFFD where the bad byte was.
+func TestMetricsModelNotUTF8(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "sk-metrics-utf8-0123456789"}})
+	resp := e.do("POST", "/v1/responses", "{\"model\":\"gpt-5\xff\",\"stream\":false,\"input\":\"hi\"}")
+	readAll(t, resp)
+	eventually(t, 5*time.Second, "the request counted", func() bool {
+		fams, _ := e.scrape() // fails the test if the exposition does not parse
+		return sample(fams, "rotor_requests_total", "model", "gpt-5\uFFFD") == 1
+	})
+}
