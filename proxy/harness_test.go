@@ -178,7 +178,11 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 	if pc.secrets != nil {
 		src = pc.secrets(sec)
 	}
-	deps := Deps{Selector: sel, Secrets: src, Flagger: st, Usage: usageLog, Clock: pc.clock, Log: log,
+	var sink UsageSink = usageLog
+	if pc.usage != nil {
+		sink = pc.usage(usageLog)
+	}
+	deps := Deps{Selector: sel, Secrets: src, Flagger: st, Usage: sink, Clock: pc.clock, Log: log,
 		Refresher: pc.refresher, Adopter: pc.adopter, Aliases: live}
 	srv, err := New(cfg, deps)
 	if err != nil {

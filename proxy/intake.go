@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 
@@ -93,8 +92,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// logged with its stack, never shown to the client.
 	defer func() {
 		if v := recover(); v != nil {
-			s.deps.Log.Error().Str("request_id", r.id).Str("panic", fmt.Sprint(v)).
-				Bytes("stack", debug.Stack()).Msg("handler panic")
+			s.panicLog(r.id, v).Msg("handler panic")
 			id, handedOff := r.id, r.handedOff
 			ctx.Response.Reset() // a committed answer's relay finishes, and releases, r here
 			ctx.Response.Header.Set("x-request-id", id)

@@ -24,7 +24,9 @@ type peerConfig struct {
 	// secrets, when set, stands between the proxy and the home's secrets
 	// (a planted bug, say).
 	secrets func(SecretSource) SecretSource
-	log     io.Writer // the proxy's log; nil: none
+	// usage, when set, stands between the proxy and the usage log.
+	usage func(UsageSink) UsageSink
+	log   io.Writer // the proxy's log; nil: none
 }
 
 // peerOption configures a proxy started by env.peer.

@@ -223,51 +223,68 @@ func (rl *relay) onEvent(e event) {
 }
 
 // CloseWithError is called by the responder once the answer is written,
-// or when writing it failed (wErr: the client went away). It settles the
-// account's state, releases the upstream response (closing its
-// connection unless the stream ended cleanly) and finishes the request.
+// or when writing it failed (wErr: the client went away). It releases the
+// upstream response (closing its connection unless the stream ended
+// cleanly), settles the account's state and finishes the request.
+//
+// Over HTTP, fasthttp calls it after the handler returned, outside the
+// handler's recover: a panic here would end the process and every stream
+// in it, or, caught by fasthttp, lose the answer still in its write
+// buffer. The answer is written by then, so a bug is logged, once, with
+// the request id; the upstream connection is let go of before anything
+// that could meet one.
 func (rl *relay) CloseWithError(wErr error) error {
+	s, id := rl.s, rl.r.id
+	defer func() {
+		if v := recover(); v != nil {
+			s.panicLog(id, v).Msg("relay panic")
+		}
+	}()
 	complete := errors.Is(rl.err, io.EOF)
-	rt, id := rl.s.runtime(), rl.choice.Account.ID
+	switch {
+	case complete && rl.cut:
+		closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused
+	case complete:
+		rl.resp.CloseBodyStream()
+	case rl.err != nil:
+		closeStream(rl.resp, rl.err)
+	default:
+		closeStream(rl.resp, errClientGone) // cancels the upstream request
+	}
+	fasthttp.ReleaseResponse(rl.resp)
+	rl.resp = nil
+
+	rt, acct := s.runtime(), rl.choice.Account.ID
 	e := ending{status: rl.status, choice: &rl.choice, ttfb: rl.ttfb}
 	switch {
 	case complete:
-		rt.Record(id, rotation.Served, rl.status, time.Time{})
+		rt.Record(acct, rotation.Served, rl.status, time.Time{})
 		if rl.isJSON {
 			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
-			rl.s.mints.learnOutput(rl.json, id)
+			s.mints.learnOutput(rl.json, acct)
 			if rl.compactSrc != nil {
 				gjson.GetBytes(rl.json, "output").ForEach(func(_, item gjson.Result) bool {
-					rl.s.compactions.keepItem(item, *rl.compactSrc)
+					s.compactions.keepItem(item, *rl.compactSrc)
 					return true
 				})
 			}
 		}
-		if rl.cut {
-			closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused
-		} else {
-			rl.resp.CloseBodyStream()
-		}
 	case rl.err != nil:
 		// The upstream broke or stalled mid-stream: its fault, and too late
 		// to fail over.
-		rt.Record(id, rotation.NetworkFault, rl.status, time.Time{})
+		rt.Record(acct, rotation.NetworkFault, rl.status, time.Time{})
 		e.code, e.err = "stream_interrupted", rl.err
-		closeStream(rl.resp, rl.err)
 	default:
-		// The client left: cancel the upstream request by closing its
-		// connection; the account did nothing wrong.
-		rt.Record(id, rotation.Answered, rl.status, time.Time{})
+		// The client left; the account did nothing wrong.
+		rt.Record(acct, rotation.Answered, rl.status, time.Time{})
 		e.status, e.code = statusClientClosed, codeClientClosed
-		closeStream(rl.resp, errClientGone)
 	}
-	fasthttp.ReleaseResponse(rl.resp)
 	if rl.failure != "" {
 		e.code = rl.failure
 	}
 	e.tokens, e.warn = rl.tokens, !complete
 	r := rl.r
-	rl.s.finish(r, e)
+	s.finish(r, e)
 	*rl = relay{}
 	relays.Put(rl)
 	r.release()

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -111,4 +114,10 @@ func relayHTTP10(ctx *fasthttp.RequestCtx, r *relay) {
 		}
 		r.CloseWithError(err)
 	})
+}
+
+// panicLog is the log line of a panic a request's work met (a bug): the
+// request id, the panic and the stack. It is never shown to a client.
+func (s *Server) panicLog(id string, v any) *zerolog.Event {
+	return s.deps.Log.Error().Str("request_id", id).Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack())
 }

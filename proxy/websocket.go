@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -217,8 +215,7 @@ func (sk *socket) handle(frame []byte, tooLarge bool) (ok bool) {
 // sockets and requests go on.
 func (sk *socket) panicked(w *wsResponder, r *request, v any) {
 	s := sk.s
-	s.deps.Log.Error().Str("request_id", r.id).Str("socket", sk.id).Str("panic", fmt.Sprint(v)).
-		Bytes("stack", debug.Stack()).Msg("websocket request panic")
+	s.panicLog(r.id, v).Str("socket", sk.id).Msg("websocket request panic")
 	func() {
 		defer func() { recover() }() // the same bug again: the socket closes all the same
 		switch {
