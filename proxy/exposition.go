@@ -46,7 +46,9 @@ func (g poolGauges) write(w *promtext.Writer) {
 		"The share of each quota window used, as the upstream last reported it (0 to 1).",
 		func(win *rotation.Window) (float64, bool) { return win.UsedPercent / 100, true })
 	windows(w, status, "rotor_account_quota_resets_at_seconds", "When each quota window resets, in Unix seconds.",
-		func(win *rotation.Window) (float64, bool) { return float64(win.ResetsAt.Unix()), !win.ResetsAt.IsZero() })
+		func(win *rotation.Window) (float64, bool) {
+			return float64(win.ResetsAt.Unix()), !win.ResetsAt.IsZero()
+		})
 }
 
 // windows writes the gauge family name with a sample for each quota window

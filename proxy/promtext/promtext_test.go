@@ -1,10 +1,12 @@
 package promtext
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -82,5 +84,47 @@ func TestExpositionParses(t *testing.T) {
 	}
 	if fams["go_goroutines"].Metric[0].Gauge.GetValue() < 1 {
 		t.Errorf("go_goroutines missing or zero:\n%s", text)
+	}
+}
+
+// The process's own figures are there, under the Go collector's names, and
+// on Linux /proc's: a resident size, CPU time and open files that are
+// plausible for this test process.
+func TestProcessFigures(t *testing.T) {
+	var r Registry
+	r.Func(Process)
+	text := string(r.Append(nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("does not parse: %v\n%s", err, text)
+	}
+	value := func(name string) float64 {
+		f := fams[name]
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("%s missing:\n%s", name, text)
+		}
+		if g := f.Metric[0].Gauge; g != nil {
+			return g.GetValue()
+		}
+		return f.Metric[0].Counter.GetValue()
+	}
+	if v := value("go_memstats_sys_bytes"); v < 1<<20 {
+		t.Errorf("go_memstats_sys_bytes %v, want at least 1 MiB", v)
+	}
+	if v := value("process_start_time_seconds"); v < float64(time.Now().Add(-time.Hour).Unix()) || v > float64(time.Now().Unix()+1) {
+		t.Errorf("process_start_time_seconds %v, want within the last hour", v)
+	}
+	if runtime.GOOS != "linux" {
+		return
+	}
+	if v := value("process_resident_memory_bytes"); v < 1<<20 || v > 1<<32 {
+		t.Errorf("process_resident_memory_bytes %v, want between 1 MiB and 4 GiB", v)
+	}
+	if v := value("process_open_fds"); v < 3 {
+		t.Errorf("process_open_fds %v, want at least stdin, stdout and stderr", v)
+	}
+	if v := value("process_cpu_seconds_total"); v < 0 || v > 3600 {
+		t.Errorf("process_cpu_seconds_total %v", v)
 	}
 }
