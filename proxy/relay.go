@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
@@ -111,12 +112,24 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 
 // Read hands the responder the next bytes of the answer as soon as the
 // upstream sends them.
-func (rl *relay) Read(p []byte) (int, error) {
+//
+// It runs after the handler returned, outside its recover: a bug met here
+// (reading the events) is logged once with the request id and cuts the
+// answer with errPanicked, so the client sees it end early. Over HTTP/1.0
+// the relay runs on a goroutine of its own, where a panic would end the
+// process.
+func (rl *relay) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			rl.s.panicLog(rl.r.id, v).Msg("relay panic")
+			rl.err, n, err = errPanicked, 0, errPanicked
+		}
+	}()
 	if rl.chat != nil {
 		return rl.readChat(p)
 	}
 	if len(rl.pending) > 0 {
-		n := copy(p, rl.pending)
+		n = copy(p, rl.pending)
 		rl.pending = rl.pending[n:]
 		if len(rl.pending) == 0 {
 			releaseHeld(rl.held) // not kept for the rest of the stream
@@ -128,7 +141,7 @@ func (rl *relay) Read(p []byte) (int, error) {
 	if rl.err != nil {
 		return 0, rl.err
 	}
-	n, err := rl.body.Read(p)
+	n, err = rl.body.Read(p)
 	if n > 0 {
 		rl.observe(p[:n])
 	}
@@ -246,6 +259,8 @@ func (rl *relay) CloseWithError(wErr error) error {
 		closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused
 	case complete:
 		rl.resp.CloseBodyStream()
+	case rl.err == errPanicked:
+		closeStream(rl.resp, rl.err)
 	case rl.err != nil:
 		closeStream(rl.resp, rl.err)
 	default:
@@ -269,6 +284,10 @@ func (rl *relay) CloseWithError(wErr error) error {
 				})
 			}
 		}
+	case rl.err == errPanicked:
+		// rotor's own bug cut the answer: the account did nothing wrong.
+		rt.Record(acct, rotation.Answered, rl.status, time.Time{})
+		e.code = rerr.ProxyError
 	case rl.err != nil:
 		// The upstream broke or stalled mid-stream: its fault, and too late
 		// to fail over.

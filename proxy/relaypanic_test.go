@@ -1,12 +1,18 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
@@ -55,5 +61,88 @@ func TestRelayPanicLeavesServeRunning(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), `"panic":"boom in finish"`); n != 2 {
 		t.Errorf("the panics are logged %d times, want once each (2):\n%s", n, log.String())
+	}
+}
+
+// observeBug is a clock that stands for a bug in a relay's read once
+// armed: the next time the relay asks it the time while it reads an
+// answer (observe, at the first byte), it panics, once.
+type observeBug struct {
+	clock.System
+	armed atomic.Bool
+}
+
+func (c *observeBug) Now() time.Time {
+	if c.armed.Load() {
+		pc := make([]uintptr, 8)
+		frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+		for f, more := frames.Next(); more; f, more = frames.Next() {
+			if strings.HasSuffix(f.Function, "(*relay).observe") && c.armed.CompareAndSwap(true, false) {
+				panic("boom in read")
+			}
+		}
+	}
+	return c.System.Now()
+}
+
+// A bug met while the relay reads an answer (after the handler returned)
+// cuts that answer, so the client sees it broken rather than complete;
+// it is logged once with the request id, charged to no account, and
+// serve goes on. Over HTTP/1.0, where the relay runs on a goroutine of
+// its own, it would otherwise end the process.
+func TestRelayReadPanicCutsOnlyThatAnswer(t *testing.T) {
+	t.Parallel()
+	bug := &observeBug{}
+	var log syncBuffer
+	e := newEnvWith(t, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1, log: &log, clock: bug})
+	const body = `{"model":"gpt-5","input":"hi","stream":true}`
+
+	// HTTP/1.1: the client sees the connection end before the answer's
+	// end (here before its headers: the bug is met at the first byte).
+	bug.armed.Store(true)
+	req, _ := http.NewRequest("POST", e.base+"/v1/responses", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil || strings.Contains(string(got), "response.completed") {
+			t.Errorf("HTTP/1.1: read %q, %v; want the answer cut", got, err)
+		}
+	}
+	eventually(t, 5*time.Second, "the panic logged with a request id", func() bool {
+		return strings.Contains(log.String(), `","panic":"boom in read"`) &&
+			strings.Contains(log.String(), `"request_id":"rotor_`)
+	})
+
+	// HTTP/1.0: the answer runs until the connection closes.
+	bug.armed.Store(true)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.0\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		strings.TrimPrefix(e.base, "http://"), testKey, len(body), body)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(raw), "HTTP/1.1 200") || strings.Contains(string(raw), "response.completed") {
+		t.Errorf("HTTP/1.0: read %.200q; want a 200 cut short", raw)
+	}
+	eventually(t, 5*time.Second, "the HTTP/1.0 panic logged", func() bool {
+		return strings.Count(log.String(), `"panic":"boom in read"`) == 2
+	})
+
+	resp := e.do("POST", "/v1/responses", body)
+	if got := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(got, "response.completed") {
+		t.Fatalf("after the panics: %d %q, want serve to go on", resp.StatusCode, got)
+	}
+	if n := strings.Count(log.String(), `"panic":"boom in read"`); n != 2 {
+		t.Errorf("the panics are logged %d times, want once each (2):\n%s", n, log.String())
+	}
+	for _, st := range e.sel.Status() {
+		if st.State != "available" {
+			t.Errorf("account %d is %s after rotor's own bug, want available", st.Index, st.State)
+		}
 	}
 }
