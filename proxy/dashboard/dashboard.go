@@ -14,6 +14,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,6 +285,14 @@ func (d *Dashboard) events(ctx *fasthttp.RequestCtx) {
 	done := ctx.Done() // closed when serve shuts down
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer func() { <-d.streams }()
+		// fasthttp runs this on a goroutine of its own, with no recover: a
+		// bug met in a snapshot would end the serve and every stream in it.
+		// It ends this page's stream instead, and the page reconnects.
+		defer func() {
+			if v := recover(); v != nil {
+				d.cfg.Log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("dashboard stream panic")
+			}
+		}()
 		tick, stop := d.cfg.Clock.NewTicker(d.cfg.Tick)
 		defer stop()
 		var last []byte
