@@ -119,5 +119,11 @@ func relayHTTP10(ctx *fasthttp.RequestCtx, r *relay) {
 // panicLog is the log line of a panic a request's work met (a bug): the
 // request id, the panic and the stack. It is never shown to a client.
 func (s *Server) panicLog(id string, v any) *zerolog.Event {
-	return s.deps.Log.Error().Str("request_id", id).Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack())
+	return withPanic(s.deps.Log.Error().Str("request_id", id), v)
+}
+
+// withPanic adds to ev the panic v and the stack it was met on, as every
+// recovered bug is logged.
+func withPanic(ev *zerolog.Event, v any) *zerolog.Event {
+	return ev.Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack())
 }

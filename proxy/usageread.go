@@ -80,12 +80,37 @@ func (s *Server) usagePass(ctx context.Context, ur *usageReader, sync func()) {
 		if _, flagged := a.Flagged(); a.Kind != accounts.KindChatGPT || !a.Enabled || flagged {
 			continue
 		}
-		st := s.runtime().Snapshot(a.ID)
-		s.keepAlive(ctx, &a, &st, now)
-		if usageDue(a.ID, &st, now) && !now.Before(ur.backoff[a.ID]) {
-			s.readUsage(ctx, ur, &a, now)
-		}
+		s.passOne(ctx, ur, &a, now)
 	}
+}
+
+// passOne keeps a's login alive and reads its usage if due. The reader
+// runs on a goroutine of its own, outside any request's recover: a bug
+// met here (a panic) would end the serve. It is logged once with the
+// account, and counts as a failed read, which backs off and marks
+// nothing; the other accounts are read all the same.
+func (s *Server) passOne(ctx context.Context, ur *usageReader, a *accounts.Account, now time.Time) {
+	defer func() {
+		if v := recover(); v != nil {
+			withPanic(s.deps.Log.Error().Str("account_id", a.ID), v).Msg("usage reader panic")
+			ur.failed(a.ID, now)
+		}
+	}()
+	st := s.runtime().Snapshot(a.ID)
+	s.keepAlive(ctx, a, &st, now)
+	if usageDue(a.ID, &st, now) && !now.Before(ur.backoff[a.ID]) {
+		s.readUsage(ctx, ur, a, now)
+	}
+}
+
+// failed backs the reads of account id off after a failure at now,
+// doubling the wait each time; it reports whether this is the first
+// failure in a row, the one that is logged.
+func (ur *usageReader) failed(id string, now time.Time) (first bool) {
+	first = ur.wait[id] == 0
+	wait := min(max(2*ur.wait[id], usageBackoff), usageBackoffTo)
+	ur.wait[id], ur.backoff[id] = wait, now.Add(wait)
+	return first
 }
 
 // usageDue reports whether a's usage is to be read at now: never read,
@@ -123,12 +148,10 @@ func jitter(id string) time.Duration {
 func (s *Server) readUsage(ctx context.Context, ur *usageReader, a *accounts.Account, now time.Time) {
 	body, status, err := s.fetchUsage(ctx, a, false)
 	if err != nil || status != fasthttp.StatusOK {
-		wait := min(max(2*ur.wait[a.ID], usageBackoff), usageBackoffTo)
-		if ur.wait[a.ID] == 0 {
+		if ur.failed(a.ID, now) {
 			s.deps.Log.Warn().Str("account_id", a.ID).Int("status", status).AnErr("error", err).
 				Msg("cannot read the account's usage; trying again later (the account is not blamed)")
 		}
-		ur.wait[a.ID], ur.backoff[a.ID] = wait, now.Add(wait)
 		return
 	}
 	delete(ur.wait, a.ID)

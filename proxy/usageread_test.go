@@ -206,3 +206,32 @@ func TestResetCreditsAreShown(t *testing.T) {
 		t.Errorf("wham/usage: %s", got)
 	}
 }
+
+// The reader runs on a goroutine of its own in serve, with no recover: a
+// bug met reading one account's usage (here its secret read panics) is
+// logged once with the account, counts as a failed read that backs off
+// and marks nothing, and the other accounts' usage is still read.
+func TestAUsageReadPanicEndsOnlyThatRead(t *testing.T) {
+	t.Parallel()
+	bug := &armedSecrets{}
+	var log syncBuffer
+	e := newEnvWith(t, []acct{{accounts.KindChatGPT, "t1"}, {accounts.KindChatGPT, "t2"}}, peerConfig{seed: 1, log: &log,
+		secrets: func(src SecretSource) SecretSource { bug.src = src; return bug }})
+	e.up.Set("t2", upstreamtest.Behavior{Headers: spentQuota})
+	bug.armed.Store(true) // the first account's read, which comes first
+	var ur usageReader
+	e.pass(&ur)
+	e.pass(&ur)
+	if n := strings.Count(log.String(), `"panic":"boom: sk-secret-in-panic"`); n != 1 {
+		t.Errorf("the panic is logged %d times, want once:\n%s", n, log.String())
+	}
+	if st := e.state(1); !st.CooldownUntil.IsZero() || !st.RateLimitedUntil.IsZero() || len(st.Failures) > 0 {
+		t.Errorf("the bug marked the account: %+v", st)
+	}
+	if n := usageReads(e.up)["t1"]; n != 0 {
+		t.Errorf("%d reads of the first account within its backoff, want 0", n)
+	}
+	if st := e.state(2); st.Quota == nil || st.Quota.Primary == nil || st.Quota.Primary.UsedPercent != 40 {
+		t.Errorf("the second account's usage was not read: %+v", st.Quota)
+	}
+}
