@@ -3,7 +3,9 @@ package rotation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"runtime/debug"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -27,7 +29,22 @@ func failureKind(err error) string {
 	if errors.As(err, &pe) {
 		return pe.Op + ": " + pe.Err.Error()
 	}
+	var bug *bugError
+	if errors.As(err, &bug) {
+		return "panic: " + fmt.Sprint(bug.v) // the same bug, whatever its stack's addresses
+	}
 	return err.Error()
+}
+
+// bugError is a panic met while syncing: a bug in rotor, reported as a
+// failure with its stack rather than ending the serve.
+type bugError struct {
+	v     any
+	stack []byte
+}
+
+func (e *bugError) Error() string {
+	return fmt.Sprintf("a bug while syncing with ROTOR_HOME (panic: %v)\n%s", e.v, e.stack)
 }
 
 // WatchInterval is how often a proxy looks for changes made by other rotor
@@ -73,10 +90,7 @@ func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Dur
 	var last string // the kind of the failure being reported, "" while in sync
 	for {
 		var err error
-		stamp, err = Refresh(src, sel, stamp)
-		for _, follow := range also {
-			err = errors.Join(err, follow())
-		}
+		stamp, err = look(src, sel, stamp, also)
 		switch kind := failureKind(err); {
 		case kind == last:
 		case kind == "":
@@ -94,4 +108,21 @@ func Watch(ctx context.Context, src PoolSource, sel *Selector, interval time.Dur
 		case <-tick:
 		}
 	}
+}
+
+// look is one of Watch's looks: Refresh, then each follower. Watch runs on
+// a goroutine of its own, outside any request's recover, so a bug met
+// here (a panic) is returned as a bugError, a failure like any other.
+func look(src PoolSource, sel *Selector, stamp home.Stamp, also []func() error) (next home.Stamp, err error) {
+	next = stamp
+	defer func() {
+		if v := recover(); v != nil {
+			err = &bugError{v: v, stack: debug.Stack()}
+		}
+	}()
+	next, err = Refresh(src, sel, stamp)
+	for _, follow := range also {
+		err = errors.Join(err, follow())
+	}
+	return next, err
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,18 +51,7 @@ func TestWatchReportsAFailureOnceAndItsEnd(t *testing.T) {
 	d := &fullDisk{path: filepath.Join(dir, "accounts.json")}
 	d.full.Store(true)
 	d.touch(t, 0)
-	var mu sync.Mutex
-	var heard []error
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Watch(ctx, d, sel, time.Second, func(err error) {
-			mu.Lock()
-			heard = append(heard, err)
-			mu.Unlock()
-		})
-	}()
+	stop := watchHearing(d, sel)
 	for i := 1; i <= 20; i++ { // five seconds of a full disk
 		d.touch(t, i)
 		if !clk.Tick(5 * time.Second) {
@@ -73,14 +63,77 @@ func TestWatchReportsAFailureOnceAndItsEnd(t *testing.T) {
 		d.touch(t, i)
 		clk.Tick(5 * time.Second)
 	}
-	cancel()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
+	heard := stop()
 	if d.tries.Load() < 10 {
 		t.Fatalf("the source was read %d times: the test did not exercise the watch", d.tries.Load())
 	}
 	if len(heard) != 2 || heard[0] == nil || heard[1] != nil {
 		t.Fatalf("want the failure once and its end once, heard %d: %v", len(heard), heard)
+	}
+}
+
+// A bug met while syncing (here a follower that panics) is a failure like
+// any other: reported once while it lasts, with its stack, and its end
+// once; the watcher, and the serve it runs in, go on.
+func TestWatchSurvivesABug(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktest.Real()
+	sel := NewSelector(NewRuntime(dir, clk), clk, 1)
+	d := &fullDisk{path: filepath.Join(dir, "accounts.json")}
+	d.touch(t, 0)
+	var buggy atomic.Bool
+	buggy.Store(true)
+	var calls atomic.Int32
+	follow := func() error {
+		calls.Add(1)
+		if buggy.Load() {
+			var m map[string]int
+			m["boom"]++ // a nil map: the bug
+		}
+		return nil
+	}
+	stop := watchHearing(d, sel, follow)
+	for range 5 {
+		if !clk.Tick(5 * time.Second) {
+			t.Fatal("the watcher took no tick")
+		}
+	}
+	buggy.Store(false)
+	for range 2 {
+		clk.Tick(5 * time.Second)
+	}
+	heard := stop()
+	if calls.Load() < 6 {
+		t.Fatalf("the follower ran %d times: the watcher stopped", calls.Load())
+	}
+	if len(heard) != 2 || heard[0] == nil || heard[1] != nil {
+		t.Fatalf("want the bug once and its end once, heard %d: %v", len(heard), heard)
+	}
+	if msg := heard[0].Error(); !strings.Contains(msg, "assignment to entry in nil map") || !strings.Contains(msg, "rotation.TestWatchSurvivesABug") {
+		t.Errorf("the report names no panic or stack: %s", msg)
+	}
+}
+
+// watchHearing runs Watch on d and sel (with followers also) until stop,
+// which returns what onErr heard, in order.
+func watchHearing(d *fullDisk, sel *Selector, also ...func() error) (stop func() []error) {
+	var mu sync.Mutex
+	var heard []error
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Watch(ctx, d, sel, time.Second, func(err error) {
+			mu.Lock()
+			heard = append(heard, err)
+			mu.Unlock()
+		}, also...)
+	}()
+	return func() []error {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return heard
 	}
 }
