@@ -76,6 +76,16 @@ func newDialer(cfg *Config) *net.Dialer {
 	return &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 }
 
+// upstreamTLS is the TLS configuration of every connection to an
+// upstream, over HTTP or a socket: nil (the defaults, the system's roots)
+// unless cfg names the roots to trust. Each client sets the server name.
+func upstreamTLS(cfg *Config) *tls.Config {
+	if cfg.RootCAs == nil {
+		return nil
+	}
+	return &tls.Config{RootCAs: cfg.RootCAs}
+}
+
 // newUpstreamClient returns an HTTP client whose connections dial opens
 // (one per way out: see routes). Reads on an
 // upstream connection have two bounds (idleConn): the first byte of an
@@ -95,6 +105,7 @@ func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *f
 		ReadBufferSize:                16 << 10,
 		MaxResponseBodySize:           0,
 		MaxConnsPerHost:               cfg.MaxUpstreamConns,
+		TLSConfig:                     upstreamTLS(cfg),
 		MaxConnWaitTimeout:            cfg.ConnWait,
 		// Each request's connection is known to its client's watch, which
 		// closes it if the client leaves before the answer starts.

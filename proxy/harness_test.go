@@ -98,7 +98,11 @@ func newEnvLogged(t testing.TB, accts []acct, w io.Writer, opts ...envOption) *e
 func newEnvWith(t testing.TB, accts []acct, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
 	up := upstreamtest.New("../testdata")
-	if err := up.Start("127.0.0.1:0"); err != nil {
+	start := up.Start
+	if pc.tls {
+		start = up.StartTLS
+	}
+	if err := start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
@@ -165,6 +169,9 @@ func startProxy(t testing.TB, up *upstreamtest.Server, dir string, pc peerConfig
 		t.Fatal(err)
 	}
 	cfg := Config{ClientKey: testKey, ChatGPTBase: up.ChatGPTBase(), OpenAIBase: up.OpenAIBase()}
+	if !pc.systemRoots {
+		cfg.RootCAs = up.RootCAs()
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}

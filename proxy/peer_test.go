@@ -26,7 +26,11 @@ type peerConfig struct {
 	secrets func(SecretSource) SecretSource
 	// usage, when set, stands between the proxy and the usage log.
 	usage func(UsageSink) UsageSink
-	log   io.Writer // the proxy's log; nil: none
+	// tls serves the fake upstream over TLS, with a certificate only the
+	// proxy's Config.RootCAs trusts; systemRoots leaves RootCAs nil, so
+	// the proxy trusts the system's roots only.
+	tls, systemRoots bool
+	log              io.Writer // the proxy's log; nil: none
 }
 
 // peerOption configures a proxy started by env.peer.
@@ -34,6 +38,10 @@ type peerOption func(*peerConfig)
 
 // withClock gives the proxy, its selector and its runtime state clock c.
 func withClock(c clock.Clock) peerOption { return func(p *peerConfig) { p.clock = c } }
+
+// withSystemRoots makes the proxy trust the system's roots only, not the
+// fake upstream's certificate.
+func withSystemRoots() peerOption { return func(p *peerConfig) { p.systemRoots = true } }
 
 // withRefresher gives the proxy a token refresher.
 func withRefresher(r Refresher) peerOption { return func(p *peerConfig) { p.refresher = r } }

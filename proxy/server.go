@@ -8,6 +8,7 @@ package proxy
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -84,6 +85,9 @@ type Config struct {
 	// once at start; nil connects straight unless an account has its own
 	// proxy (SPEC §11).
 	EnvProxy netproxy.Func
+	// RootCAs are the authorities an upstream's TLS certificate is checked
+	// against; nil: the system's. Tests trust a fake upstream with it.
+	RootCAs *x509.CertPool
 }
 
 func (c *Config) defaults() {

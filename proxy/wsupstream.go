@@ -207,6 +207,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		NetDial:           dialWatched(r, rt.dial),
 		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
 		EnableCompression: true,
+		TLSClientConfig:   upstreamTLS(&s.cfg),
 	}
 	url := socketURL(ad.url(base, r))
 	conn, resp, err := d.Dial(url, h)

@@ -99,12 +99,18 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"maps"
+	"math/big"
 	"net"
 	"net/http"
 	"strconv"
@@ -314,6 +320,8 @@ type Server struct {
 	cache     promptCache    // Behavior.PromptCache's runs, by account
 	srv       *http.Server
 	ln        net.Listener
+	scheme    string         // "http", or "https" once StartTLS served
+	roots     *x509.CertPool // what trusts StartTLS's certificate
 	serveDone chan struct{}
 	closed    bool
 
@@ -352,6 +360,63 @@ func New(testdataDir string) *Server {
 // background until Close. It fails if the address cannot be bound, or if the
 // server was already started or closed.
 func (s *Server) Start(addr string) error {
+	return s.start(addr, nil)
+}
+
+// StartTLS is Start over TLS, as the real backends are served: with a
+// certificate for 127.0.0.1 and localhost made for this server, which
+// only RootCAs trusts. URL is then "https://127.0.0.1:PORT".
+func (s *Server) StartTLS(addr string) error {
+	cert, roots, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.roots = roots
+	s.mu.Unlock()
+	return s.start(addr, &tls.Config{Certificates: []tls.Certificate{cert}})
+}
+
+// RootCAs is the pool that trusts StartTLS's certificate (nil before it).
+func (s *Server) RootCAs() *x509.CertPool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.roots
+}
+
+// selfSigned makes a certificate for 127.0.0.1 and localhost, valid for a
+// day, and the pool that trusts it.
+func selfSigned() (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "upstreamtest"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:              []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots, nil
+}
+
+func (s *Server) start(addr string, tlsConfig *tls.Config) error {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -367,6 +432,10 @@ func (s *Server) Start(addr string) error {
 	if err != nil {
 		return err
 	}
+	s.scheme = "http"
+	if tlsConfig != nil {
+		ln, s.scheme = tls.NewListener(ln, tlsConfig), "https"
+	}
 	s.ln = ln
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.handle),
@@ -381,14 +450,15 @@ func (s *Server) Start(addr string) error {
 	return nil
 }
 
-// URL is the server's base URL, "http://127.0.0.1:PORT", or "" before Start.
+// URL is the server's base URL, "http://127.0.0.1:PORT" ("https://" after
+// StartTLS), or "" before Start.
 func (s *Server) URL() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln == nil {
 		return ""
 	}
-	return "http://" + s.ln.Addr().String()
+	return s.scheme + "://" + s.ln.Addr().String()
 }
 
 // ChatGPTBase is URL()+"/backend-api", the value for ROTOR_CHATGPT_BASE_URL.
