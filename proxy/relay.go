@@ -259,9 +259,7 @@ func (rl *relay) CloseWithError(wErr error) error {
 		closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused
 	case complete:
 		rl.resp.CloseBodyStream()
-	case rl.err == errPanicked:
-		closeStream(rl.resp, rl.err)
-	case rl.err != nil:
+	case rl.err != nil: // the upstream's failure, or errPanicked
 		closeStream(rl.resp, rl.err)
 	default:
 		closeStream(rl.resp, errClientGone) // cancels the upstream request
