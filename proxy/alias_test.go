@@ -154,7 +154,11 @@ func TestAliasOnASocketFrame(t *testing.T) {
 		t.Fatalf("turn: %v", got)
 	}
 	if up := framesUp(e.up, "k1"); len(up) != 1 || string(up[0].Body) != createFrame {
-		t.Errorf("upstream frames %q, want %s", up, createFrame)
+		var bodies []string
+		for _, r := range up {
+			bodies = append(bodies, string(r.Body))
+		}
+		t.Errorf("upstream frames %q, want %s", bodies, createFrame)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +31,22 @@ type config struct {
 	// dashboard keeps a dashboard page's live stream open on rotor: what
 	// it costs the request path shows as a difference between runs.
 	dashboard bool
+	// tls serves the upstream over TLS, as every real backend is: each
+	// proxy then makes its own handshakes, with their cost in CPU and
+	// memory. caFile is the certificate the run's processes trust
+	// (SSL_CERT_FILE), roots the measuring client's pool of it.
+	tls    bool
+	caFile string
+	roots  *x509.CertPool
+}
+
+// env is the environment of the run's child processes: the certificate
+// they trust when the upstream is served over TLS.
+func (c *config) env() []string {
+	if c.caFile == "" {
+		return os.Environ()
+	}
+	return append(os.Environ(), "SSL_CERT_FILE="+c.caFile)
 }
 
 // clientKey is rotor's client key for the run (ROTOR_CLIENT_KEY).
@@ -84,12 +102,33 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	upProc, err := startProc(ctx, exec.Command(self, "-upstream"), "")
+	upCmd := exec.Command(self, "-upstream")
+	if cfg.tls {
+		dir, err := os.MkdirTemp("", "rotor-bench-ca-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.caFile = filepath.Join(dir, "ca.pem")
+		upCmd.Args = append(upCmd.Args, "-ca-out", cfg.caFile)
+	}
+	upProc, err := startProc(ctx, upCmd, "")
 	if err != nil {
 		return fmt.Errorf("upstream: %w", err)
 	}
 	defer upProc.kill()
 	up := upProc.line
+	if cfg.tls {
+		pemCert, err := os.ReadFile(cfg.caFile)
+		if err != nil {
+			return err
+		}
+		cfg.roots = x509.NewCertPool()
+		if !cfg.roots.AppendCertsFromPEM(pemCert) {
+			return errors.New("upstream: no certificate in " + cfg.caFile)
+		}
+		fmt.Fprintln(log, "rotor-bench: the upstream is served over TLS")
+	}
 	fmt.Fprintf(out, "| scenario | measure | direct | naive | floor | rotor | rotor vs naive | rotor vs floor |\n|---|---|---|---|---|---|---|---|\n")
 	for _, sc := range scenarios() {
 		if cfg.only != "" && !strings.Contains(sc.name, cfg.only) {
@@ -110,7 +149,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 					return ctx.Err()
 				}
 				fmt.Fprintf(log, "rotor-bench: %s through %s (round %d)\n", sc.name, p.name, round+1)
-				r := measure(ctx, sc, p, cfg.duration)
+				r := measure(ctx, cfg, sc, p)
 				if best[i] == nil || better(sc, r, best[i]) {
 					best[i] = r
 				}
@@ -144,12 +183,14 @@ func startPeers(ctx context.Context, cfg config, up string, log io.Writer) (peer
 	if err != nil {
 		return nil, stop, err
 	}
-	naive, err := startProc(ctx, exec.Command(self, "-peer", up), "")
+	naiveCmd, floorCmd := exec.Command(self, "-peer", up), exec.Command(self, "-floor", up)
+	naiveCmd.Env, floorCmd.Env = cfg.env(), cfg.env()
+	naive, err := startProc(ctx, naiveCmd, "")
 	if err != nil {
 		return nil, stop, fmt.Errorf("naive proxy: %w", err)
 	}
 	stops = append(stops, naive.kill)
-	floor, err := startProc(ctx, exec.Command(self, "-floor", up), "")
+	floor, err := startProc(ctx, floorCmd, "")
 	if err != nil {
 		return nil, stop, fmt.Errorf("floor proxy: %w", err)
 	}
@@ -159,7 +200,7 @@ func startPeers(ctx context.Context, cfg config, up string, log io.Writer) (peer
 		return nil, stop, err
 	}
 	stops = append(stops, func() { os.RemoveAll(home) })
-	rotor, err := startRotor(ctx, cfg.rotor, up, home)
+	rotor, err := startRotor(ctx, cfg, up, home)
 	if err != nil {
 		return nil, stop, fmt.Errorf("rotor: %w", err)
 	}
@@ -193,17 +234,18 @@ func better(sc scenario, a, b *result) bool {
 }
 
 // measure runs sc through p once, with the proxy's peak RSS reset first.
-func measure(ctx context.Context, sc scenario, p peer, d time.Duration) *result {
+func measure(ctx context.Context, cfg config, sc scenario, p peer) *result {
 	resetPeak(p.pid)
 	cpu0 := cpuTime(p.pid)
-	tr := &http.Transport{MaxIdleConnsPerHost: sc.conc + 16, DisableCompression: true, IdleConnTimeout: 30 * time.Second}
+	tr := &http.Transport{MaxIdleConnsPerHost: sc.conc + 16, DisableCompression: true, IdleConnTimeout: 30 * time.Second,
+		TLSClientConfig: &tls.Config{RootCAs: cfg.roots}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	var r *result
 	if sc.streams {
 		r = streams(ctx, client, sc, p)
 	} else {
-		r = closedLoop(ctx, client, sc, p, d)
+		r = closedLoop(ctx, client, sc, p, cfg.duration)
 	}
 	r.cpu = cpuTime(p.pid) - cpu0
 	r.peakRSSMB = peakRSS(p.pid)
@@ -444,8 +486,9 @@ func startProc(ctx context.Context, cmd *exec.Cmd, prefix string) (*proc, error)
 
 // startRotor starts `rotor serve` on a fresh home (under home) with one API-key account
 // whose base URL is the upstream.
-func startRotor(ctx context.Context, bin, upstream, home string) (*proc, error) {
-	env := append(os.Environ(), "ROTOR_HOME="+filepath.Join(home, "home"), "ROTOR_SECRETS=file",
+func startRotor(ctx context.Context, cfg config, upstream, home string) (*proc, error) {
+	bin := cfg.rotor
+	env := append(cfg.env(), "ROTOR_HOME="+filepath.Join(home, "home"), "ROTOR_SECRETS=file",
 		"ROTOR_OPENAI_BASE_URL="+upstream+"/v1", "ROTOR_CLIENT_KEY="+clientKey)
 	add := exec.CommandContext(ctx, bin, "add-key", "--label", "bench")
 	add.Env, add.Stdin = env, strings.NewReader("sk-bench-0123456789")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/url"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -18,10 +19,13 @@ func runFloor(target string) error {
 	if err != nil {
 		return err
 	}
-	client := &fasthttp.HostClient{Addr: u.Host, StreamResponseBody: true, MaxConns: 4096, ReadBufferSize: 16 << 10}
+	client := &fasthttp.HostClient{Addr: u.Host, IsTLS: u.Scheme == "https", StreamResponseBody: true, MaxConns: 4096, ReadBufferSize: 16 << 10,
+		// fasthttp bounds a TLS handshake by WriteTimeout; none would fail it at once.
+		WriteTimeout: time.Minute}
 	srv := &fasthttp.Server{
 		MaxRequestBodySize: 8 << 20,
 		Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.Request.URI().SetScheme(u.Scheme) // a HostClient refuses a request of another scheme
 			resp := fasthttp.AcquireResponse()
 			if err := client.Do(&ctx.Request, resp); err != nil {
 				fasthttp.ReleaseResponse(resp)

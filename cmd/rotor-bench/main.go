@@ -30,12 +30,14 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 1, "how many times each scenario runs per peer (the best run counts)")
 	flag.StringVar(&cfg.only, "only", "", "run only scenarios whose name contains this")
 	flag.BoolVar(&cfg.dashboard, "dashboard", false, "keep rotor's dashboard open (logged in, its live stream read) during the run")
+	flag.BoolVar(&cfg.tls, "tls", false, "serve the upstream over TLS, as the real backends are, with a certificate only the run trusts")
 	peer := flag.String("peer", "", "internal: run as the naive proxy in front of this upstream URL")
 	floor := flag.String("floor", "", "internal: run as the floor proxy (a bare fasthttp pass-through) in front of this upstream URL")
 	asUpstream := flag.Bool("upstream", false, "internal: run as the upstream")
+	caOut := flag.String("ca-out", "", "internal: with -upstream, serve over TLS and write the certificate to trust here")
 	flag.Parse()
 	if *asUpstream {
-		if err := runUpstream(); err != nil {
+		if err := runUpstream(*caOut); err != nil {
 			fmt.Fprintln(os.Stderr, "rotor-bench upstream:", err)
 			os.Exit(1)
 		}

@@ -2,12 +2,18 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // upstream answers POST /v1/responses like the OpenAI API: one JSON object,
@@ -24,12 +30,27 @@ var completed = []byte(`{"id":"resp_bench","object":"response","status":"complet
 
 // runUpstream serves the upstream in this process, announcing its URL on
 // stdout, until killed: the benchmark runs it as a child of its own, so
-// that its CPU and scheduling are not the measuring client's.
-func runUpstream() error {
-	ln, err := announce()
+// that its CPU and scheduling are not the measuring client's. With caOut
+// set it serves over TLS, with a certificate of its own making written
+// there in PEM for the run's processes to trust (SSL_CERT_FILE).
+func runUpstream(caOut string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
+	scheme := "http"
+	if caOut != "" {
+		cert, _, err := upstreamtest.SelfSigned()
+		if err != nil {
+			return err
+		}
+		pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
+		if err := os.WriteFile(caOut, pemCert, 0o600); err != nil {
+			return err
+		}
+		ln, scheme = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}}), "https"
+	}
+	fmt.Printf("%s://%s\n", scheme, ln.Addr())
 	u := &upstream{}
 	u.srv = &http.Server{Handler: http.HandlerFunc(u.serve), ReadHeaderTimeout: 10 * time.Second}
 	return u.srv.Serve(ln)

@@ -302,6 +302,9 @@ type Recorded struct {
 	Body     []byte
 	// Token is the bearer token of the Authorization header, "" when absent.
 	Token string
+	// TLSResumed reports that the request came on a TLS connection that
+	// resumed an earlier session instead of a full handshake.
+	TLSResumed bool
 }
 
 // Server is the fake upstream. Create it with New, configure it with Set and
@@ -367,7 +370,7 @@ func (s *Server) Start(addr string) error {
 // certificate for 127.0.0.1 and localhost made for this server, which
 // only RootCAs trusts. URL is then "https://127.0.0.1:PORT".
 func (s *Server) StartTLS(addr string) error {
-	cert, roots, err := selfSigned()
+	cert, roots, err := SelfSigned()
 	if err != nil {
 		return err
 	}
@@ -384,9 +387,10 @@ func (s *Server) RootCAs() *x509.CertPool {
 	return s.roots
 }
 
-// selfSigned makes a certificate for 127.0.0.1 and localhost, valid for a
-// day, and the pool that trusts it.
-func selfSigned() (tls.Certificate, *x509.CertPool, error) {
+// SelfSigned makes a certificate for 127.0.0.1 and localhost, valid for a
+// day, and the pool that trusts it: for an upstream served over TLS in
+// another process (rotor-bench's) as StartTLS serves this one.
+func SelfSigned() (tls.Certificate, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err
@@ -736,6 +740,8 @@ func (s *Server) receive(r *http.Request) (body []byte, token string) {
 		Header:   r.Header.Clone(),
 		Body:     body,
 		Token:    token,
+		// A socket's turns are recorded by socket.go, not here.
+		TLSResumed: r.TLS != nil && r.TLS.DidResume,
 	})
 	return body, token
 }
