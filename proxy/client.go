@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -86,14 +88,27 @@ func upstreamTLS(cfg *Config) *tls.Config {
 	return &tls.Config{RootCAs: cfg.RootCAs}
 }
 
-// newUpstreamClient returns an HTTP client whose connections dial opens
-// (one per way out: see routes). Reads on an
+// newUpstreamClient returns an HTTP client whose connections c opens with
+// dial (one per way out: see routes). Reads on an
 // upstream connection have two bounds (idleConn): the first byte of an
 // answer must come within the response timeout, and once it has, every
 // read must make progress within the stall timeout. A fasthttp
 // ReadTimeout would instead cap the whole stream.
-func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *fasthttp.Client {
+func newUpstreamClient(cfg *Config, c *connector, dial dialFunc) *fasthttp.Client {
 	stall, response := cfg.StallTimeout, cfg.ResponseTimeout
+	open := func(addr string, conf *tls.Config) (net.Conn, error) {
+		conn, err := c.dial(dial, addr, func(raw net.Conn) (net.Conn, error) {
+			conn := net.Conn(&idleConn{Conn: raw, stall: stall, response: response})
+			if conf != nil {
+				return handshake(conn, conf, cfg.ConnectTimeout)
+			}
+			return conn, nil
+		})
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return conn, nil
+	}
 	return &fasthttp.Client{
 		Name:                          "rotor",
 		NoDefaultUserAgentHeader:      true,
@@ -110,12 +125,16 @@ func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *f
 		// Each request's connection is known to its client's watch, which
 		// closes it if the client leaves before the answer starts.
 		Transport: roundTrip{},
-		Dial: func(addr string) (net.Conn, error) {
-			conn, err := dial(addr)
-			if err != nil {
-				return nil, &dialError{err}
+		Dial:      func(addr string) (net.Conn, error) { return open(addr, nil) },
+		// A TLS host's connections come handshaken from the dialing
+		// goroutine, so fasthttp, which skips the handshake of a conn
+		// that has one, does not make it on the request's goroutine.
+		ConfigureClient: func(hc *fasthttp.HostClient) error {
+			if hc.IsTLS {
+				conf := hostTLS(hc.TLSConfig, hc.Addr)
+				hc.Dial = func(addr string) (net.Conn, error) { return open(addr, conf) }
 			}
-			return &idleConn{Conn: conn, stall: stall, response: response}, nil
+			return nil
 		},
 		// Only a request that never reached the upstream is sent again: a
 		// pooled keep-alive connection the server had already closed.
@@ -123,6 +142,45 @@ func newUpstreamClient(cfg *Config, dial func(addr string) (net.Conn, error)) *f
 			return false, attempts == 1 && (errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed))
 		},
 	}
+}
+
+// hostTLS is the TLS configuration of connections to addr: base's (the
+// system's roots when nil), naming the host, with a cache of sessions so
+// that every connection after the first resumes one instead of verifying
+// the host's certificates again. fasthttp keeps none.
+func hostTLS(base *tls.Config, addr string) *tls.Config {
+	conf := &tls.Config{}
+	if base != nil {
+		conf = base.Clone()
+	}
+	if conf.ServerName == "" {
+		conf.ServerName = addr
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			conf.ServerName = host
+		}
+	}
+	if conf.ClientSessionCache == nil {
+		conf.ClientSessionCache = tls.NewLRUClientSessionCache(tlsSessions)
+	}
+	return conf
+}
+
+// tlsSessions is how many TLS sessions a host's cache keeps.
+const tlsSessions = 64
+
+// handshake makes conn a TLS client connection with conf and completes
+// its handshake within timeout.
+func handshake(conn net.Conn, conf *tls.Config, timeout time.Duration) (net.Conn, error) {
+	tc := tls.Client(conn, conf)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("TLS handshake: no answer within %s: %w", timeout, ctx.Err())
+		}
+		return nil, err
+	}
+	return tc, nil
 }
 
 // maxDialing bounds the connects in flight at once. A burst of new
@@ -143,16 +201,21 @@ func newConnector(wait time.Duration) *connector {
 	return &connector{slots: make(chan struct{}, maxDialing), wait: wait}
 }
 
-// dial connects to addr with dial on a goroutine of its own and waits for
-// it. net's dial path is deep, and on top of a request's it would grow the
-// stack of the goroutine serving the client from 8 to 16 KiB, which it
-// then keeps for as long as the connection lives, streams included: 8 KiB
-// per open stream. The dialing goroutine's stack is freed once it
-// connects. (A TLS handshake still runs on the caller: fasthttp does it
-// after Dial.) When maxDialing connects are in flight it waits up to
-// c.wait for one to end, then fails with errNoFreeConns: rotor's own
-// congestion, which blames no endpoint.
-func (c *connector) dial(dial func(network, addr string) (net.Conn, error), addr string) (net.Conn, error) {
+// dialFunc connects to an address, straight or through a proxy.
+type dialFunc = func(network, addr string) (net.Conn, error)
+
+// dial connects to addr with dial on a goroutine of its own, readies the
+// connection there with ready (when not nil: rotor's read bounds, a TLS
+// handshake), and waits for it. net's dial path is deep, a handshake
+// deeper, and on top of a request's either would grow the stack of the
+// goroutine serving the client from 8 to 16 KiB or more, which it then
+// keeps for as long as the connection lives, streams included. The
+// dialing goroutine's stack is freed once it is done. When maxDialing
+// connects are in flight it waits up to c.wait for one to end, then fails
+// with errNoFreeConns: rotor's own congestion, which blames no endpoint.
+// So at most maxDialing handshakes run at once too, and a burst of new
+// connections to a TLS host resumes the sessions its first ones made.
+func (c *connector) dial(dial dialFunc, addr string, ready func(net.Conn) (net.Conn, error)) (net.Conn, error) {
 	select {
 	case c.slots <- struct{}{}:
 	default:
@@ -170,8 +233,14 @@ func (c *connector) dial(dial func(network, addr string) (net.Conn, error), addr
 	}
 	done := make(chan dialed, 1)
 	go func() {
+		defer func() { <-c.slots }()
 		conn, err := dial("tcp", addr)
-		<-c.slots
+		if err == nil && ready != nil {
+			raw := conn
+			if conn, err = ready(raw); err != nil {
+				raw.Close()
+			}
+		}
 		done <- dialed{conn, err}
 	}()
 	r := <-done

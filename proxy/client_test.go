@@ -34,7 +34,7 @@ func TestConnectsInFlightAreBounded(t *testing.T) {
 
 	results := make(chan error, maxDialing+1)
 	dial := func(c *connector) {
-		conn, err := c.dial(blocked, "upstream:443")
+		conn, err := c.dial(blocked, "upstream:443", nil)
 		if conn != nil {
 			conn.Close()
 		}
@@ -53,7 +53,7 @@ func TestConnectsInFlightAreBounded(t *testing.T) {
 
 	start := time.Now()
 	errc := make(chan error, 1)
-	go func() { _, err := short.dial(blocked, "upstream:443"); errc <- err }()
+	go func() { _, err := short.dial(blocked, "upstream:443", nil); errc <- err }()
 	var err error
 	select {
 	case err = <-errc:

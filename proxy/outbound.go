@@ -104,8 +104,8 @@ const maxProxies = 64
 
 func newExits(cfg *Config) *exits {
 	rs := &exits{cfg: cfg, dialer: newDialer(cfg), connector: newConnector(cfg.ConnWait), via: map[string]*viaExit{}}
-	rs.direct.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(rs.dialer.Dial, addr) }
-	rs.direct.client = newUpstreamClient(cfg, rs.direct.dial)
+	rs.direct.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(rs.dialer.Dial, addr, nil) }
+	rs.direct.client = newUpstreamClient(cfg, rs.connector, rs.dialer.Dial)
 	return rs
 }
 
@@ -138,8 +138,8 @@ func (rs *exits) of(w *way, sec *secrets.Secret) (*exit, error) {
 	}
 	dial := viaProxy(rs.dialer, withPassword(p, password), rs.cfg.ConnectTimeout)
 	vr := &viaExit{password: password}
-	vr.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr) }
-	vr.client = newUpstreamClient(rs.cfg, vr.dial)
+	vr.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr, nil) }
+	vr.client = newUpstreamClient(rs.cfg, rs.connector, dial)
 	rs.via[w.shown] = vr
 	return &vr.exit, nil
 }

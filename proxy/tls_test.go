@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 )
@@ -41,3 +45,80 @@ func TestUpstreamOverTLS(t *testing.T) {
 		t.Errorf("a proxy with the system's roots was answered by the fake: %d %.300s", resp.StatusCode, got)
 	}
 }
+
+// A host that accepts a connection and never answers the TLS handshake is
+// unreachable within the connect timeout, like one that refuses the
+// connect: the request goes on to the next account, which is not blamed,
+// and nothing waits for the (minutes long) response timeout.
+func TestSilentTLSHostIsUnreachableWithinTheConnectTimeout(t *testing.T) {
+	t.Parallel()
+	silent := silentListener(t)
+	e := newEnvWith(t, twoAPIKeys(), peerConfig{seed: 1, tls: true}, connectTimeout(300*time.Millisecond))
+	e.setBaseURL(1, "https://"+silent+"/v1")
+	e.prefer(1)
+	start := time.Now()
+	expectStream(t, e.do("POST", "/v1/responses", streamBody))
+	if d := time.Since(start); d < 300*time.Millisecond || d > 3*time.Second {
+		t.Errorf("failover past a silent TLS host took %s, want the connect timeout (300ms) and little more", d)
+	}
+	e.expectCounts(map[string]int{"bad": 0, "good": 1})
+	if st := e.state(1); !st.CooldownUntil.IsZero() || len(st.Failures) != 0 {
+		t.Errorf("the account behind a silent TLS host was marked: %+v", st)
+	}
+	if _, why := e.sel.Runtime().EndpointDownUntil("https://" + silent); !strings.Contains(why, "TLS handshake: no answer within 300ms") {
+		t.Errorf("endpoint %s is marked unreachable for %q, want the handshake named", silent, why)
+	}
+}
+
+// Every connection to a TLS host after the first resumes a session
+// instead of verifying the host's certificates again.
+func TestTLSConnectionsResumeTheirSession(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1, tls: true})
+	for range 3 {
+		expectStream(t, e.do("POST", "/v1/responses", streamBody))
+		e.srv.exits.closeIdle() // the next request needs a new connection
+	}
+	var resumed []bool
+	for _, r := range e.up.Requests() {
+		resumed = append(resumed, r.TLSResumed)
+	}
+	if want := []bool{false, true, true}; !slices.Equal(resumed, want) {
+		t.Errorf("connections resumed %v, want %v", resumed, want)
+	}
+}
+
+// silentListener accepts connections on loopback and never reads or
+// writes on them, until the test ends.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// connectTimeout sets Config.ConnectTimeout.
+func connectTimeout(d time.Duration) envOption { return func(c *Config) { c.ConnectTimeout = d } }
