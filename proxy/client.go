@@ -131,7 +131,7 @@ func newUpstreamClient(cfg *Config, c *connector, dial dialFunc) *fasthttp.Clien
 		// that has one, does not make it on the request's goroutine.
 		ConfigureClient: func(hc *fasthttp.HostClient) error {
 			if hc.IsTLS {
-				conf := hostTLS(hc.TLSConfig, hc.Addr)
+				conf := hostTLS(hc.TLSConfig, hc.Addr, c.sessions)
 				hc.Dial = func(addr string) (net.Conn, error) { return open(addr, conf) }
 			}
 			return nil
@@ -145,10 +145,10 @@ func newUpstreamClient(cfg *Config, c *connector, dial dialFunc) *fasthttp.Clien
 }
 
 // hostTLS is the TLS configuration of connections to addr: base's (the
-// system's roots when nil), naming the host, with a cache of sessions so
-// that every connection after the first resumes one instead of verifying
-// the host's certificates again. fasthttp keeps none.
-func hostTLS(base *tls.Config, addr string) *tls.Config {
+// system's roots when nil), naming the host, with sessions kept in
+// sessions, so that every connection after the first resumes one instead
+// of verifying the host's certificates again. (fasthttp keeps none.)
+func hostTLS(base *tls.Config, addr string, sessions tls.ClientSessionCache) *tls.Config {
 	conf := &tls.Config{}
 	if base != nil {
 		conf = base.Clone()
@@ -160,12 +160,13 @@ func hostTLS(base *tls.Config, addr string) *tls.Config {
 		}
 	}
 	if conf.ClientSessionCache == nil {
-		conf.ClientSessionCache = tls.NewLRUClientSessionCache(tlsSessions)
+		conf.ClientSessionCache = sessions
 	}
 	return conf
 }
 
-// tlsSessions is how many TLS sessions a host's cache keeps.
+// tlsSessions is how many TLS sessions a connector keeps, the latest one
+// for each host (crypto/tls keys them by server name).
 const tlsSessions = 64
 
 // handshake makes conn a TLS client connection with conf and completes
@@ -193,12 +194,14 @@ const maxDialing = 64
 // A connector opens upstream connections, each on a goroutine of its own
 // and at most maxDialing at once.
 type connector struct {
-	slots chan struct{}
-	wait  time.Duration // how long a connect may wait for a slot
+	slots    chan struct{}
+	wait     time.Duration          // how long a connect may wait for a slot
+	sessions tls.ClientSessionCache // of every TLS connection it makes (hostTLS)
 }
 
 func newConnector(wait time.Duration) *connector {
-	return &connector{slots: make(chan struct{}, maxDialing), wait: wait}
+	return &connector{slots: make(chan struct{}, maxDialing), wait: wait,
+		sessions: tls.NewLRUClientSessionCache(tlsSessions)}
 }
 
 // dialFunc connects to an address, straight or through a proxy.

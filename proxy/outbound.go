@@ -74,7 +74,9 @@ func wayOf(base, accountProxy string, env netproxy.Func) way {
 // dial that opens its connections (for the WebSocket upstream).
 type exit struct {
 	client *fasthttp.Client
-	dial   func(addr string) (net.Conn, error)
+	// dial connects to an address; dialTLS makes a TLS connection to it,
+	// handshaken on the connecting goroutine like the client's.
+	dial, dialTLS func(addr string) (net.Conn, error)
 }
 
 // exits keeps one upstream client per way out: the straight one, made
@@ -104,9 +106,22 @@ const maxProxies = 64
 
 func newExits(cfg *Config) *exits {
 	rs := &exits{cfg: cfg, dialer: newDialer(cfg), connector: newConnector(cfg.ConnWait), via: map[string]*viaExit{}}
-	rs.direct.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(rs.dialer.Dial, addr, nil) }
-	rs.direct.client = newUpstreamClient(cfg, rs.connector, rs.dialer.Dial)
+	rs.direct = rs.exitOver(rs.dialer.Dial)
 	return rs
+}
+
+// exitOver is the exit whose connections dial opens.
+func (rs *exits) exitOver(dial dialFunc) exit {
+	base := upstreamTLS(rs.cfg)
+	return exit{
+		client: newUpstreamClient(rs.cfg, rs.connector, dial),
+		dial:   func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr, nil) },
+		dialTLS: func(addr string) (net.Conn, error) {
+			return rs.connector.dial(dial, addr, func(raw net.Conn) (net.Conn, error) {
+				return handshake(raw, hostTLS(base, addr, rs.connector.sessions), rs.cfg.ConnectTimeout)
+			})
+		},
+	}
 }
 
 // of returns the exit of w for an account whose secret is sec. The
@@ -137,9 +152,7 @@ func (rs *exits) of(w *way, sec *secrets.Secret) (*exit, error) {
 		}
 	}
 	dial := viaProxy(rs.dialer, withPassword(p, password), rs.cfg.ConnectTimeout)
-	vr := &viaExit{password: password}
-	vr.dial = func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr, nil) }
-	vr.client = newUpstreamClient(rs.cfg, rs.connector, dial)
+	vr := &viaExit{exit: rs.exitOver(dial), password: password}
 	rs.via[w.shown] = vr
 	return &vr.exit, nil
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -71,7 +72,8 @@ func TestSilentTLSHostIsUnreachableWithinTheConnectTimeout(t *testing.T) {
 }
 
 // Every connection to a TLS host after the first resumes a session
-// instead of verifying the host's certificates again.
+// instead of verifying the host's certificates again, a socket's as well
+// as the HTTP client's: they share the sessions.
 func TestTLSConnectionsResumeTheirSession(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1, tls: true})
@@ -79,11 +81,14 @@ func TestTLSConnectionsResumeTheirSession(t *testing.T) {
 		expectStream(t, e.do("POST", "/v1/responses", streamBody))
 		e.srv.exits.closeIdle() // the next request needs a new connection
 	}
-	var resumed []bool
-	for _, r := range e.up.Requests() {
-		resumed = append(resumed, r.TLSResumed)
+	if got := types(turn(t, e.openSocket(), createFrame)); got[len(got)-1] != "response.completed" {
+		t.Fatalf("a socket's turn over TLS: %v", got)
 	}
-	if want := []bool{false, true, true}; !slices.Equal(resumed, want) {
+	var resumed []string
+	for _, r := range e.up.Requests() {
+		resumed = append(resumed, fmt.Sprintf("%s %v", r.Method, r.TLSResumed))
+	}
+	if want := []string{"POST false", "POST true", "POST true", "GET true", "WS true"}; !slices.Equal(resumed, want) {
 		t.Errorf("connections resumed %v, want %v", resumed, want)
 	}
 }

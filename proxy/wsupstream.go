@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -203,11 +204,13 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	}
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	h.Set("OpenAI-Beta", socketBeta)
+	tlsDial := dialWatched(r, rt.dialTLS)
 	d := websocket.Dialer{
-		NetDial:           dialWatched(r, rt.dial),
+		NetDial: dialWatched(r, rt.dial),
+		// wss: the TLS handshake is the connector's, as for HTTP.
+		NetDialTLSContext: func(_ context.Context, network, addr string) (net.Conn, error) { return tlsDial(network, addr) },
 		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
 		EnableCompression: true,
-		TLSClientConfig:   upstreamTLS(&s.cfg),
 	}
 	url := socketURL(ad.url(base, r))
 	conn, resp, err := d.Dial(url, h)

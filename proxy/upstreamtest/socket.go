@@ -168,6 +168,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 		path:     r.URL.Path,
 		rawQuery: r.URL.RawQuery,
 		header:   r.Header.Clone(),
+		resumed:  r.TLS != nil && r.TLS.DidResume,
 		in:       inbox{ready: make(chan struct{}, 1)},
 	}
 	go sk.run()
@@ -206,6 +207,7 @@ type socket struct {
 	path     string
 	rawQuery string
 	header   http.Header // the handshake's, recorded with every request
+	resumed  bool        // the connection resumed a TLS session
 
 	wmu       sync.Mutex
 	closeSent bool // a close frame went out: nothing more is written
@@ -496,6 +498,8 @@ func (sk *socket) answer(ctx context.Context, m message) bool {
 		Header:   sk.header,
 		Body:     m.data,
 		Token:    sk.token,
+		// TLSResumed is the socket's connection's, for each of its turns.
+		TLSResumed: sk.resumed,
 	})
 	b := s.behavior(sk.token)
 	fill := newFiller(time.Now(), cmp.Or(b.ResetIn, defaultResetIn))

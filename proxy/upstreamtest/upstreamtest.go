@@ -734,13 +734,12 @@ func (s *Server) receive(r *http.Request) (body []byte, token string) {
 	body, _ = io.ReadAll(r.Body)
 	token = bearer(r.Header.Get("Authorization"))
 	s.record(Recorded{
-		Method:   r.Method,
-		Path:     r.URL.Path,
-		RawQuery: r.URL.RawQuery,
-		Header:   r.Header.Clone(),
-		Body:     body,
-		Token:    token,
-		// A socket's turns are recorded by socket.go, not here.
+		Method:     r.Method,
+		Path:       r.URL.Path,
+		RawQuery:   r.URL.RawQuery,
+		Header:     r.Header.Clone(),
+		Body:       body,
+		Token:      token,
 		TLSResumed: r.TLS != nil && r.TLS.DidResume,
 	})
 	return body, token
