@@ -177,7 +177,7 @@ func handshake(conn net.Conn, conf *tls.Config, timeout time.Duration) (net.Conn
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("TLS handshake: no answer within %s: %w", timeout, ctx.Err())
+			return nil, fmt.Errorf("TLS handshake: no answer within %s", timeout)
 		}
 		return nil, err
 	}
