@@ -83,16 +83,20 @@ func withinWatch(t *testing.T, what string, cond func() bool, envs ...*env) {
 
 type envOption func(*Config)
 
+// newEnv starts a proxy in front of a fake upstream served over TLS, as
+// every real backend is: a connection's end, a reset and a handshake then
+// look to rotor as they will in use (newEnvWith with peerConfig.tls unset
+// is the plain HTTP of a local upstream).
 func newEnv(t testing.TB, accts []acct, opts ...envOption) *env {
 	t.Helper()
-	return newEnvWith(t, accts, peerConfig{seed: 1}, opts...)
+	return newEnvWith(t, accts, peerConfig{seed: 1, tls: true}, opts...)
 }
 
 // newEnvLogged is newEnv with the proxy's log written to w, set before it
 // serves (a logger swapped in later would race with the server).
 func newEnvLogged(t testing.TB, accts []acct, w io.Writer, opts ...envOption) *env {
 	t.Helper()
-	return newEnvWith(t, accts, peerConfig{seed: 1, log: w}, opts...)
+	return newEnvWith(t, accts, peerConfig{seed: 1, log: w, tls: true}, opts...)
 }
 
 func newEnvWith(t testing.TB, accts []acct, pc peerConfig, opts ...envOption) *env {
@@ -228,7 +232,9 @@ func followAliases(t testing.TB, dir string) *aliases.Live {
 // newBenchEnv is a one-account (API key "k1") env for benchmarks; edit
 // changes the pool before the proxy uses it.
 func newBenchEnv(b *testing.B, edit ...func(*accounts.Pool)) *env {
-	e := newEnv(b, []acct{{accounts.KindAPIKey, "k1"}})
+	// Plain HTTP, as make bench-load's default: the benchmarks time
+	// rotor's own work, and post to the fake directly too.
+	e := newEnvWith(b, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1})
 	if len(edit) > 0 {
 		p, err := e.store.Update(func(p *accounts.Pool) error {
 			for _, f := range edit {

@@ -258,11 +258,19 @@ func expectOK(t *testing.T, e *env) {
 
 func TestProxyFromEnvironmentCarriesRequests(t *testing.T) {
 	t.Parallel()
-	fp := startForwardProxy(t, "u", "s3cret")
-	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}}, envProxy(map[string]string{"HTTP_PROXY": fp.url("s3cret")}))
-	expectOK(t, e)
-	if fp.carried.Load() != 1 || fp.refused.Load() != 0 {
-		t.Errorf("proxy carried %d, refused %d; want 1, 0", fp.carried.Load(), fp.refused.Load())
+	// HTTP_PROXY for an http upstream, HTTPS_PROXY for an https one, as
+	// Go's and curl's clients read them.
+	for _, c := range []struct {
+		env string
+		tls bool
+	}{{"HTTP_PROXY", false}, {"HTTPS_PROXY", true}} {
+		fp := startForwardProxy(t, "u", "s3cret")
+		e := newEnvWith(t, []acct{{accounts.KindAPIKey, "a"}}, peerConfig{seed: 1, tls: c.tls},
+			envProxy(map[string]string{c.env: fp.url("s3cret")}))
+		expectOK(t, e)
+		if fp.carried.Load() != 1 || fp.refused.Load() != 0 {
+			t.Errorf("%s: proxy carried %d, refused %d; want 1, 0", c.env, fp.carried.Load(), fp.refused.Load())
+		}
 	}
 }
 

@@ -562,10 +562,7 @@ func (sk *socket) stream(ctx context.Context, b Behavior, name, model string, fi
 	for i := 0; ; i++ {
 		switch {
 		case i == resetAt:
-			if tc, ok := sk.conn.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0) // close sends RST instead of FIN
-			}
-			_ = sk.conn.Close()
+			resetConn(sk.conn)
 			return false
 		case i == stallAt:
 			sk.s.wait(ctx, 0) // silent until the client goes, or Close

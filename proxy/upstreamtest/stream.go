@@ -3,6 +3,7 @@ package upstreamtest
 import (
 	"bytes"
 	"cmp"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,6 +177,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 	echo := modelEcho(fx.model, model)
 	n := len(fx.events)
 	stallAt, resetAt := eventLimit(b.StallAfter, n), eventLimit(b.ResetAfter, n)
+	closeAt := eventLimit(b.CloseAfter, n)
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -184,6 +186,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 	for i := 0; ; i++ {
 		if i == resetAt {
 			abortConn(rc)
+			return
+		}
+		if i == closeAt {
+			if conn, _, err := rc.Hijack(); err == nil {
+				_ = conn.Close() // in good order; Hijack flushed the events sent
+			}
 			return
 		}
 		if i == stallAt {
@@ -362,6 +370,16 @@ func abortConn(rc *http.ResponseController) {
 	conn, _, err := rc.Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)
+	}
+	resetConn(conn)
+}
+
+// resetConn closes conn with a TCP reset. Under TLS the reset goes under
+// it too: closing the TLS connection would send a close_notify first, an
+// orderly end a crashed upstream never sends.
+func resetConn(conn net.Conn) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0) // close sends RST instead of FIN

@@ -225,6 +225,12 @@ type Behavior struct {
 	// it is at least the number of events, the reset replaces the clean end.
 	// If both are set, whichever comes first wins (the reset on a tie).
 	ResetAfter int
+	// CloseAfter > 0 (HTTP streams): after this many events the fake closes the
+	// connection in good order (a FIN, a TLS close_notify first), with no
+	// terminating chunk: a server restarting or a middlebox's idle
+	// timeout. The stream is cut as surely as by a reset, but a reader
+	// that takes the connection's end for the body's would not notice.
+	CloseAfter int
 	// HangHeaders: never send a status line or headers; wait until the client
 	// goes away (or Close). Models an upstream that accepts and goes silent.
 	HangHeaders bool
@@ -387,7 +393,7 @@ func (s *Server) RootCAs() *x509.CertPool {
 	return s.roots
 }
 
-// SelfSigned makes a certificate for 127.0.0.1 and localhost, valid for a
+// SelfSigned makes a certificate for 127.0.0.1, ::1, 0.0.0.0 and localhost, valid for a
 // day, and the pool that trusts it: for an upstream served over TLS in
 // another process (rotor-bench's) as StartTLS serves this one.
 func SelfSigned() (tls.Certificate, *x509.CertPool, error) {
@@ -396,11 +402,12 @@ func SelfSigned() (tls.Certificate, *x509.CertPool, error) {
 		return tls.Certificate{}, nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "upstreamtest"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "upstreamtest"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		// 0.0.0.0 too: tests reach the fake by that name to bypass a proxy.
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4zero, net.IPv6loopback},
 		DNSNames:              []string{"localhost"},
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
