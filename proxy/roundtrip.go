@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +57,10 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		return true, err
 	}
 	br := hc.AcquireReader(conn)
-	inner, err := readAnswer(hc, br, req, resp)
-	keep := err == nil && !req.ConnectionClose() && !resp.ConnectionClose()
-	if inner == nil {
+	body, err := readAnswer(hc, br, req, resp)
+	// A body that lasts until the connection ends leaves none to reuse.
+	keep := err == nil && !req.ConnectionClose() && !resp.ConnectionClose() && resp.Header.ContentLength() != -2
+	if body == nil {
 		cw.detach(conn)
 		hc.ReleaseReader(br)
 		if keep {
@@ -64,9 +68,9 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		} else {
 			hc.CloseConn(cc)
 		}
-		return err != nil && err != fasthttp.ErrBodyTooLarge, err
+		return err != nil, err
 	}
-	resp.SetBodyStream(&upstreamBody{stream: inner.BodyStream(), inner: inner, watch: cw, conn: conn,
+	resp.SetBodyStream(&upstreamBody{stream: body, watch: cw, conn: conn,
 		done: func(clean bool) {
 			hc.ReleaseReader(br)
 			if clean && keep {
@@ -100,12 +104,8 @@ func writeRequest(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request)
 }
 
 // readAnswer reads the answer's head into resp and, when it has a body,
-// returns a response holding that body, not yet read, as a stream over
-// br. fasthttp makes such a stream only inside a Response (ReadBody), and
-// closing it there would not give the connection back, so it is made in
-// a response of its own (inner), which knows only the body's length;
-// resp keeps the head its callers read.
-func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request, resp *fasthttp.Response) (*fasthttp.Response, error) {
+// returns that body, not yet read, as a stream over br (answerBody).
+func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request, resp *fasthttp.Response) (io.Reader, error) {
 	if hc.DisableHeaderNamesNormalizing {
 		resp.Header.DisableNormalizing()
 	}
@@ -121,14 +121,147 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 		s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified {
 		return nil, nil
 	}
-	inner := fasthttp.AcquireResponse()
-	inner.StreamBody = true
-	inner.Header.SetContentLength(resp.Header.ContentLength())
-	if err := inner.ReadBody(br, hc.MaxResponseBodySize); err != nil {
-		fasthttp.ReleaseResponse(inner)
-		return nil, err
+	return answerBody(br, resp.Header.ContentLength()), nil
+}
+
+// answerBody is the body that follows a head of content length n (-1:
+// chunked, -2: until the connection ends) on br. A connection that ends
+// before a chunked body's last chunk, or before a body's declared length,
+// cut the answer: that is io.ErrUnexpectedEOF here, never io.EOF.
+// fasthttp's own body stream says io.EOF when the connection ends at a
+// chunk's boundary or short of the length, so an upstream that closed in
+// the middle of a stream (a restart, a middlebox's timeout) looked as if
+// it had finished, and its cut answer went to the client as whole.
+func answerBody(br *bufio.Reader, n int) io.Reader {
+	switch {
+	case n == -1:
+		return &chunkedBody{br: br}
+	case n >= 0:
+		return &sizedBody{r: br, left: n}
 	}
-	return inner, nil
+	return br
+}
+
+// chunkedBody reads a chunked body (RFC 9112 §7.1) to its last chunk and
+// the trailer after it, so that the connection is left at the next
+// answer. Each Read returns at most one chunk: an upstream stream sends
+// an event a chunk, and taking only what one chunk holds lets the next
+// events gather in the connection's buffer while this one is handed on,
+// where reading everything buffered would wake the reader for each event.
+type chunkedBody struct {
+	br   *bufio.Reader
+	left int   // bytes of the current chunk not yet read
+	err  error // sticky: io.EOF after the trailer, or what broke the body
+}
+
+func (b *chunkedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.left == 0 {
+		size, err := chunkSize(b.br)
+		switch {
+		case err != nil:
+			b.err = unexpected(err)
+			return 0, b.err
+		case size == 0:
+			b.err = skipTrailer(b.br)
+			return 0, b.err
+		}
+		b.left = size
+	}
+	n, err := b.br.Read(p[:min(len(p), b.left)])
+	b.left -= n
+	if err == nil && b.left == 0 {
+		err = crlf(b.br)
+	}
+	if err != nil {
+		b.err = unexpected(err)
+	}
+	return n, b.err
+}
+
+// maxChunkSize bounds a chunk's declared size (1 GiB): a larger one is a
+// broken upstream, not an answer.
+const maxChunkSize = 1 << 30
+
+// chunkSize reads a chunk's size line: hex digits, maybe extensions
+// after ';' (ignored), CRLF.
+func chunkSize(br *bufio.Reader) (int, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	line = bytes.TrimRight(line, "\r\n")
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i]
+	}
+	size, err := strconv.ParseUint(string(bytes.TrimRight(line, " \t")), 16, 64)
+	if err != nil || size > maxChunkSize {
+		return 0, errBrokenChunk
+	}
+	return int(size), nil
+}
+
+// crlf reads the CRLF that ends a chunk's data.
+func crlf(br *bufio.Reader) error {
+	b, err := br.Peek(2)
+	if err != nil {
+		return err
+	}
+	if b[0] != '\r' || b[1] != '\n' {
+		return errBrokenChunk
+	}
+	_, err = br.Discard(2)
+	return err
+}
+
+var errBrokenChunk = errors.New("rotor: malformed chunked body from the upstream")
+
+// unexpected is err with io.EOF made io.ErrUnexpectedEOF: in the middle of
+// a body the connection's end is a cut.
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// maxTrailer bounds the trailer lines read after a chunked body's last
+// chunk.
+const maxTrailer = 64
+
+// skipTrailer reads the trailer fields after a chunked body's last
+// chunk up to the empty line that ends them; io.EOF once it has.
+func skipTrailer(br *bufio.Reader) error {
+	for range maxTrailer {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return unexpected(err)
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return io.EOF
+		}
+	}
+	return errors.New("rotor: too long a trailer after a chunked body")
+}
+
+// sizedBody reads a body of a declared length.
+type sizedBody struct {
+	r    io.Reader
+	left int
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p[:min(len(p), b.left)])
+	b.left -= n
+	if b.left == 0 {
+		return n, io.EOF
+	}
+	return n, unexpected(err)
 }
 
 // upstreamBody is an upstream answer's body as rotor reads it
@@ -136,8 +269,7 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 // connection back to the pool after a clean end, closed otherwise), once
 // the connection is detached from the watch.
 type upstreamBody struct {
-	stream io.Reader
-	inner  *fasthttp.Response // holds stream
+	stream io.Reader // reads from the connection's reader, until done
 	watch  *clientWatch
 	conn   net.Conn
 	done   func(clean bool) // gives the connection back, or closes it
@@ -158,7 +290,6 @@ func (b *upstreamBody) CloseWithError(err error) error {
 		return nil
 	}
 	b.watch.detach(b.conn)
-	fasthttp.ReleaseResponse(b.inner) // releases the stream, before its reader
 	b.done(err == nil)
 	return nil
 }

@@ -39,37 +39,56 @@ func completed(types []string) bool {
 	return len(types) > 0 && types[len(types)-1] == "response.completed"
 }
 
-func TestStreamResetMidwayIsCutAndCharged(t *testing.T) {
+// A stream the upstream breaks after output has started reaches the
+// client cut, not ended, and the account is charged: whether the
+// connection is reset or closed in good order without the stream's end
+// (a FIN, or a TLS close_notify, and no terminating chunk).
+func TestStreamBrokenMidwayIsCutAndCharged(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, twoAPIKeys())
-	e.up.Set("bad", upstreamtest.Behavior{ResetAfter: 3})
-	e.prefer(1)
-	start := time.Now()
-	resp := e.do("POST", "/v1/responses", streamBody)
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	types, err := readStream(t, resp.Body)
-	resp.Body.Close()
-	if err == nil && completed(types) {
-		t.Fatalf("a reset stream reached the client as complete: %v", types)
-	}
-	if len(types) != 3 {
-		t.Errorf("client got events %v (err %v), want the 3 sent before the reset", types, err)
-	}
-	// Too late to fail over: the other account is never asked.
-	e.expectCounts(map[string]int{"bad": 1, "good": 0})
-	eventually(t, 2*time.Second, "account 1 charged with a network error", func() bool {
-		return e.state(1).CooldownReason == rotation.CooldownNetworkError
-	})
-	st := e.state(1)
-	near(t, "cooldown_until", st.CooldownUntil, start.Add(rotation.NetworkErrorCooldown), time.Second+time.Since(start))
-	if len(st.Failures) != 1 {
-		t.Errorf("failures %v", st.Failures)
-	}
-	rec := waitUsage(t, e, 1)[0]
-	if rec.Status != 200 || rec.Code != "stream_interrupted" || rec.AccountID != e.id(1) {
-		t.Errorf("usage record %+v", rec)
+	for _, c := range []struct {
+		name string
+		b    upstreamtest.Behavior
+		tls  bool
+	}{
+		{"reset", upstreamtest.Behavior{ResetAfter: 3}, true},
+		{"closed", upstreamtest.Behavior{CloseAfter: 3}, true},
+		{"reset over plain HTTP", upstreamtest.Behavior{ResetAfter: 3}, false},
+		{"closed over plain HTTP", upstreamtest.Behavior{CloseAfter: 3}, false},
+	} {
+		b := c.b
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvWith(t, twoAPIKeys(), peerConfig{seed: 1, tls: c.tls})
+			e.up.Set("bad", b)
+			e.prefer(1)
+			start := time.Now()
+			resp := e.do("POST", "/v1/responses", streamBody)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			types, err := readStream(t, resp.Body)
+			resp.Body.Close()
+			if err == nil || completed(types) {
+				t.Fatalf("a broken stream reached the client as ended (%v, err %v)", types, err)
+			}
+			if len(types) != 3 {
+				t.Errorf("client got events %v (err %v), want the 3 sent before the break", types, err)
+			}
+			// Too late to fail over: the other account is never asked.
+			e.expectCounts(map[string]int{"bad": 1, "good": 0})
+			eventually(t, 2*time.Second, "account 1 charged with a network error", func() bool {
+				return e.state(1).CooldownReason == rotation.CooldownNetworkError
+			})
+			st := e.state(1)
+			near(t, "cooldown_until", st.CooldownUntil, start.Add(rotation.NetworkErrorCooldown), time.Second+time.Since(start))
+			if len(st.Failures) != 1 {
+				t.Errorf("failures %v", st.Failures)
+			}
+			rec := waitUsage(t, e, 1)[0]
+			if rec.Status != 200 || rec.Code != "stream_interrupted" || rec.AccountID != e.id(1) {
+				t.Errorf("usage record %+v", rec)
+			}
+		})
 	}
 }
 
@@ -140,6 +159,7 @@ func TestStreamFailingBeforeAnyOutputFailsOver(t *testing.T) {
 		reason string
 	}{
 		{"reset after response.created", upstreamtest.Behavior{ResetAfter: 1}, "cooling-down:network-error"},
+		{"closed after response.created", upstreamtest.Behavior{CloseAfter: 1}, "cooling-down:network-error"},
 		{"stall after response.in_progress", upstreamtest.Behavior{StallAfter: 2}, "cooling-down:network-error"},
 		{"response.failed overloaded", upstreamtest.Behavior{Stream: "failed_overloaded.sse"}, "cooling-down:server-error"},
 	}
