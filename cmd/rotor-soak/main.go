@@ -9,12 +9,15 @@
 //     do;
 //   - every file in ROTOR_HOME still loads.
 //
-// The fake upstream (proxy/upstreamtest) stands behind every account.
-// Healthy accounts reach it as "localhost", faulty ones as "127.0.0.1", so
+// The fake upstream (proxy/upstreamtest) stands behind every account,
+// served over TLS like every real backend (the serves trust its
+// certificate through SSL_CERT_FILE). Healthy accounts reach it as
+// "localhost", faulty ones as "127.0.0.1", so
 // faults that mark an endpoint (hangs past --response-timeout) mark only
 // the faulty accounts' endpoint; one account points at a closed port. The
 // faulty accounts change behaviour at random every half second: usage
-// limits, 401, 5xx, resets and stalls mid-stream, hangs, slow headers.
+// limits, 401, 5xx, resets, orderly closes and stalls mid-stream, hangs,
+// slow headers.
 // Meanwhile clients stream (some abort half-way, some do not stream),
 // `rotor switch` and `rotor unpin` move the pin, and a second serve on the
 // same home is killed with SIGKILL and started again.

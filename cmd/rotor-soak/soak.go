@@ -57,6 +57,8 @@ var faults = []upstreamtest.Behavior{
 	{Status: 503},
 	{ResetAfter: 3},
 	{ResetAfter: 1},
+	{CloseAfter: 3},
+	{CloseAfter: 1},
 	{StallAfter: 2},
 	{StallAfter: 6},
 	{HangHeaders: true},
@@ -151,19 +153,25 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer os.RemoveAll(tmp)
 	s := &soak{cfg: cfg, home: filepath.Join(tmp, "home"), outcomes: map[string]int64{}}
+	// The upstream is served over TLS, as every real one is, with a
+	// certificate the serves are told to trust.
 	s.up = upstreamtest.New(cfg.Testdata)
-	if err := s.up.Start("127.0.0.1:0"); err != nil {
+	if err := s.up.StartTLS("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
 	defer s.up.Close()
+	ca := filepath.Join(tmp, "upstream-ca.pem")
+	if err := os.WriteFile(ca, s.up.CertPEM(), 0o600); err != nil {
+		return nil, err
+	}
 	// Healthy accounts always answer, slowly enough that the streams
 	// overlap; faulty ones are changed at random below.
 	s.up.SetDefault(upstreamtest.Behavior{EventDelay: 100 * time.Millisecond})
-	port := strings.TrimPrefix(s.up.URL(), "http://127.0.0.1:")
+	port := strings.TrimPrefix(s.up.URL(), "https://127.0.0.1:")
 	s.env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + tmp, "TMPDIR=" + os.TempDir(), "NO_COLOR=1",
 		"ROTOR_HOME=" + s.home, "ROTOR_SECRETS=file", "ROTOR_CLIENT_KEY=" + clientKey,
-		"ROTOR_OPENAI_BASE_URL=http://localhost:" + port + "/v1",
+		"ROTOR_OPENAI_BASE_URL=https://localhost:" + port + "/v1", "SSL_CERT_FILE=" + ca,
 	}
 	healthy, faulty, err := s.addAccounts()
 	if err != nil {
@@ -207,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 // addAccounts adds the pool through the real CLI and returns the 1-based
 // indexes of the healthy accounts and the keys of the faulty ones.
 func (s *soak) addAccounts() (healthy []int, faulty []string, err error) {
-	port := strings.TrimPrefix(s.up.URL(), "http://127.0.0.1:")
+	port := strings.TrimPrefix(s.up.URL(), "https://127.0.0.1:")
 	dead, err := closedPort()
 	if err != nil {
 		return nil, nil, err
@@ -228,12 +236,12 @@ func (s *soak) addAccounts() (healthy []int, faulty []string, err error) {
 	}
 	for i := range faultyN {
 		key := fmt.Sprintf("sk-soak-faulty-%d", i+1)
-		if err := add(fmt.Sprintf("faulty-%d", i+1), key, "http://127.0.0.1:"+port+"/v1"); err != nil {
+		if err := add(fmt.Sprintf("faulty-%d", i+1), key, "https://127.0.0.1:"+port+"/v1"); err != nil {
 			return nil, nil, err
 		}
 		faulty = append(faulty, key)
 	}
-	return healthy, faulty, add("dead", "sk-soak-dead", "http://"+dead+"/v1")
+	return healthy, faulty, add("dead", "sk-soak-dead", "https://"+dead+"/v1")
 }
 
 // rotor runs one CLI command to completion.

@@ -107,6 +107,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"maps"
@@ -331,6 +332,7 @@ type Server struct {
 	ln        net.Listener
 	scheme    string         // "http", or "https" once StartTLS served
 	roots     *x509.CertPool // what trusts StartTLS's certificate
+	certPEM   []byte         // that certificate, in PEM
 	serveDone chan struct{}
 	closed    bool
 
@@ -382,8 +384,17 @@ func (s *Server) StartTLS(addr string) error {
 	}
 	s.mu.Lock()
 	s.roots = roots
+	s.certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
 	s.mu.Unlock()
 	return s.start(addr, &tls.Config{Certificates: []tls.Certificate{cert}})
+}
+
+// CertPEM is StartTLS's certificate in PEM (nil before it): what a process
+// of another program must be told to trust (SSL_CERT_FILE, for Go's).
+func (s *Server) CertPEM() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.certPEM
 }
 
 // RootCAs is the pool that trusts StartTLS's certificate (nil before it).
