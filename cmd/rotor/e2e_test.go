@@ -369,12 +369,18 @@ type e2eWorld struct {
 func newE2EWorld(t *testing.T) *e2eWorld {
 	t.Helper()
 	bin := e2eRotor(t)
+	// Served over TLS, as the real backends are; rotor trusts it through
+	// SSL_CERT_FILE, the clients never reach it but through rotor.
 	up := upstreamtest.New(filepath.Join(e2eRoot(t), "testdata"))
-	if err := up.Start("127.0.0.1:0"); err != nil {
+	if err := up.StartTLS("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
 	dir := t.TempDir()
+	ca := filepath.Join(dir, "upstream-ca.pem")
+	if err := os.WriteFile(ca, up.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	w := &e2eWorld{t: t, bin: bin, up: up, home: filepath.Join(dir, "rotor-home"), work: filepath.Join(dir, "work")}
 	for _, d := range []string{w.work, filepath.Join(dir, "user"), filepath.Join(dir, "codex-home")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -397,6 +403,7 @@ func newE2EWorld(t *testing.T) *e2eWorld {
 		"ROTOR_CHATGPT_BASE_URL=" + up.ChatGPTBase(),
 		"ROTOR_AUTH_BASE_URL=" + up.URL(),
 		"CODEX_HOME=" + filepath.Join(dir, "codex-home"),
+		"SSL_CERT_FILE=" + ca,
 	}
 	return w
 }
