@@ -14,19 +14,20 @@ import (
 )
 
 // roundTrip is how every upstream HTTP request goes out: fasthttp's own
-// round trip (its DefaultTransport) with one thing added. The connection
+// round trip (its DefaultTransport) with two things changed. The connection
 // the request is sent on is attached to the attempt's clientWatch (the
 // request's watchKey value), from before the request is written until its
 // answer's body is closed, so a client that leaves can close it; and it is
 // detached before fasthttp may hand it to another request. fasthttp's
 // client offers no other way to learn which pooled connection a request
-// uses, nor to cancel one.
+// uses, nor to cancel one. And the answer's body is read with rotor's own
+// framing (answerBody), which tells a body's end from the connection's.
 //
-// It does what DefaultTransport does for the client rotor configures
-// (newUpstreamClient): a write deadline of WriteTimeout, no read timeout
-// (idleConn bounds each read), no MaxConnDuration, the body always
-// streamed, the connection returned to the pool once the body is closed
-// cleanly, closed otherwise.
+// Otherwise it does what DefaultTransport does for the client rotor
+// configures (newUpstreamClient): a write deadline of WriteTimeout, no
+// read timeout (idleConn bounds each read), no MaxConnDuration, the body
+// always streamed, the connection returned to the pool once the body is
+// closed cleanly, closed otherwise.
 type roundTrip struct{}
 
 // watchKey is the fasthttp request user value that holds the attempt's
