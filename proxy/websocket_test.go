@@ -613,3 +613,32 @@ func TestSocketFiveHundredAtOnce(t *testing.T) {
 		t.Errorf("%d sockets open on the proxy, want %d", open, n)
 	}
 }
+
+// An upstream socket that breaks before the turn's first output, reset or
+// closed in good order without a close frame, fails over like an HTTP
+// stream; the client's socket never sees it.
+func TestSocketUpstreamBrokenBeforeOutputFailsOver(t *testing.T) {
+	t.Parallel()
+	for name, b := range map[string]upstreamtest.Behavior{
+		"reset":  {ResetAfter: 1},
+		"closed": {CloseAfter: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}, {accounts.KindAPIKey, "k2"}})
+			e.up.Set("k1", b)
+			e.prefer(1)
+			c := e.openSocket()
+			got := types(turn(t, c, createFrame))
+			if got[len(got)-1] != "response.completed" || slices.Contains(got[1:], "response.created") {
+				t.Fatalf("turn %v, want one whole answer from k2", got)
+			}
+			if len(framesUp(e.up, "k1")) != 1 || len(framesUp(e.up, "k2")) != 1 {
+				t.Errorf("frames up: k1 %d, k2 %d; want 1 each", len(framesUp(e.up, "k1")), len(framesUp(e.up, "k2")))
+			}
+			if s := e.status(1); s.State != "cooling-down:network-error" {
+				t.Errorf("account 1 is %q, want cooling-down:network-error", s.State)
+			}
+		})
+	}
+}

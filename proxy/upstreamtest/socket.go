@@ -558,11 +558,15 @@ func (sk *socket) stream(ctx context.Context, b Behavior, name, model string, fi
 	echo := modelEcho(fx.model, model)
 	n := len(fx.events)
 	stallAt, resetAt := eventLimit(b.StallAfter, n), eventLimit(b.ResetAfter, n)
+	closeAt := eventLimit(b.CloseAfter, n)
 	var id string
 	for i := 0; ; i++ {
 		switch {
 		case i == resetAt:
 			resetConn(sk.conn)
+			return false
+		case i == closeAt:
+			_ = sk.conn.Close() // in good order, and without a close frame
 			return false
 		case i == stallAt:
 			sk.s.wait(ctx, 0) // silent until the client goes, or Close

@@ -226,11 +226,12 @@ type Behavior struct {
 	// it is at least the number of events, the reset replaces the clean end.
 	// If both are set, whichever comes first wins (the reset on a tie).
 	ResetAfter int
-	// CloseAfter > 0 (HTTP streams): after this many events the fake closes the
+	// CloseAfter > 0: after this many events the fake closes the
 	// connection in good order (a FIN, a TLS close_notify first), with no
-	// terminating chunk: a server restarting or a middlebox's idle
-	// timeout. The stream is cut as surely as by a reset, but a reader
-	// that takes the connection's end for the body's would not notice.
+	// terminating chunk (on a socket, with no close frame): a server
+	// restarting or a middlebox's idle timeout. The stream is cut as
+	// surely as by a reset, but a reader that takes the connection's end
+	// for the body's would not notice.
 	CloseAfter int
 	// HangHeaders: never send a status line or headers; wait until the client
 	// goes away (or Close). Models an upstream that accepts and goes silent.
