@@ -102,6 +102,7 @@ func newEnvLogged(t testing.TB, accts []acct, w io.Writer, opts ...envOption) *e
 func newEnvWith(t testing.TB, accts []acct, pc peerConfig, opts ...envOption) *env {
 	t.Helper()
 	up := upstreamtest.New("../testdata")
+	up.SetIdleTimeout(pc.upstreamIdle)
 	start := up.Start
 	if pc.tls {
 		start = up.StartTLS

@@ -31,6 +31,9 @@ type peerConfig struct {
 	// the proxy trusts the system's roots only.
 	tls, systemRoots bool
 	log              io.Writer // the proxy's log; nil: none
+	// upstreamIdle is the fake's idle timeout for keep-alive connections
+	// (upstreamtest.Server.SetIdleTimeout); zero: none.
+	upstreamIdle time.Duration
 }
 
 // peerOption configures a proxy started by env.peer.

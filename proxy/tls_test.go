@@ -127,3 +127,25 @@ func silentListener(t *testing.T) string {
 
 // connectTimeout sets Config.ConnectTimeout.
 func connectTimeout(d time.Duration) envOption { return func(c *Config) { c.ConnectTimeout = d } }
+
+// An upstream closes a keep-alive connection once it has been idle long
+// enough, and may do so just as rotor takes it from the pool for the next
+// request. That request is sent again on a new connection: it succeeds,
+// no account is blamed and no other account is asked.
+func TestUpstreamClosingIdleConnectionsCostsNothing(t *testing.T) {
+	t.Parallel()
+	for _, tlsOn := range []bool{true, false} {
+		e := newEnvWith(t, twoAPIKeys(), peerConfig{seed: 1, tls: tlsOn, upstreamIdle: 50 * time.Millisecond})
+		e.pin(1)
+		for i := range 4 {
+			expectStream(t, e.do("POST", "/v1/responses", streamBody))
+			if i < 3 {
+				time.Sleep(150 * time.Millisecond) // the fake closes the idle connection meanwhile
+			}
+		}
+		e.expectCounts(map[string]int{"bad": 4, "good": 0})
+		if st := e.state(1); !st.CooldownUntil.IsZero() || len(st.Failures) != 0 {
+			t.Errorf("tls %v: account 1 was marked for its upstream closing idle connections: %+v", tlsOn, st)
+		}
+	}
+}

@@ -334,6 +334,7 @@ type Server struct {
 	scheme    string         // "http", or "https" once StartTLS served
 	roots     *x509.CertPool // what trusts StartTLS's certificate
 	certPEM   []byte         // that certificate, in PEM
+	idle      time.Duration  // SetIdleTimeout's
 	serveDone chan struct{}
 	closed    bool
 
@@ -388,6 +389,16 @@ func (s *Server) StartTLS(addr string) error {
 	s.certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
 	s.mu.Unlock()
 	return s.start(addr, &tls.Config{Certificates: []tls.Certificate{cert}})
+}
+
+// SetIdleTimeout makes the server close a keep-alive connection that has
+// been idle for d, as every real server does after a while of its own
+// choosing; it must be called before Start. Zero (the default) keeps idle
+// connections until Close.
+func (s *Server) SetIdleTimeout(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idle = d
 }
 
 // CertPEM is StartTLS's certificate in PEM (nil before it): what a process
@@ -463,6 +474,7 @@ func (s *Server) start(addr string, tlsConfig *tls.Config) error {
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.handle),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       s.idle,
 	}
 	s.serveDone = make(chan struct{})
 	srv, done := s.srv, s.serveDone
