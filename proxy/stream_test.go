@@ -35,6 +35,19 @@ func readStream(t *testing.T, r io.Reader) ([]string, error) {
 	return sseTypes(r)
 }
 
+// streamAnswer sends a streamed request, which must be answered 200, and
+// reads the answer to its end: the events the client got, and the read
+// error (nil for a cleanly terminated body).
+func streamAnswer(t *testing.T, e *env) ([]string, error) {
+	t.Helper()
+	resp := e.do("POST", "/v1/responses", streamBody)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return readStream(t, resp.Body)
+}
+
 func completed(types []string) bool {
 	return len(types) > 0 && types[len(types)-1] == "response.completed"
 }
@@ -62,12 +75,7 @@ func TestStreamBrokenMidwayIsCutAndCharged(t *testing.T) {
 			e.up.Set("bad", b)
 			e.prefer(1)
 			start := time.Now()
-			resp := e.do("POST", "/v1/responses", streamBody)
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
-			types, err := readStream(t, resp.Body)
-			resp.Body.Close()
+			types, err := streamAnswer(t, e)
 			if err == nil || completed(types) {
 				t.Fatalf("a broken stream reached the client as ended (%v, err %v)", types, err)
 			}
@@ -98,12 +106,7 @@ func TestStalledStreamIsCutAndCharged(t *testing.T) {
 	e.up.Set("bad", upstreamtest.Behavior{StallAfter: 4})
 	e.prefer(1)
 	start := time.Now()
-	resp := e.do("POST", "/v1/responses", streamBody)
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	types, err := readStream(t, resp.Body)
-	resp.Body.Close()
+	types, err := streamAnswer(t, e)
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("a stalled stream was cut only after %s (stall timeout 300ms)", d)
 	}
