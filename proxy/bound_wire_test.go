@@ -336,13 +336,16 @@ func TestSocketRetriesAnUnknownBlobWithout(t *testing.T) {
 
 func TestExpiredUpstreamSocketIsReopenedUnseen(t *testing.T) {
 	t.Parallel()
-	const life = 100 * time.Millisecond
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "t1"}})
-	e.up.Set("t1", upstreamtest.Behavior{SocketLifetime: life})
 	c := e.openSocket()
 	got := turn(t, c, `{"type":"response.create","model":"gpt-5-codex","input":[`+userOne+`]}`)
 	prev := gjson.GetBytes(got[len(got)-1].data, "response.id").Str
-	time.Sleep(2 * life) // the upstream socket is now past its lifetime
+	// The lifetime is set only after the first turn, so a slow machine
+	// cannot expire the first socket early; a second is long enough for the
+	// new socket to get its request in.
+	const life = time.Second
+	e.up.Set("t1", upstreamtest.Behavior{SocketLifetime: life})
+	time.Sleep(life + 50*time.Millisecond) // the upstream socket is now past its lifetime
 	got = turn(t, c, `{"type":"response.create","model":"gpt-5-codex","previous_response_id":"`+prev+`","input":[`+userTwo+`]}`)
 	if types(got)[len(got)-1] != "response.completed" {
 		t.Fatalf("the client saw the expiry: %s", got[len(got)-1].data)
