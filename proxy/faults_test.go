@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -148,14 +147,9 @@ func TestClientThatLeavesEndsTheFailover(t *testing.T) {
 	// stall must not be charged, nor the request sent on to account 2.
 	e.up.Set("bad", upstreamtest.Behavior{StallAfter: 1})
 	e.prefer(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", e.base+"/v1/responses", strings.NewReader(streamBody))
-	req.Header.Set("Authorization", "Bearer "+testKey)
-	if resp, err := testClient.Do(req); err == nil {
-		resp.Body.Close()
-		t.Fatalf("the request was answered (%d) before the client left", resp.StatusCode)
-	}
+	// The client leaves once account 1 holds the request, not after a
+	// fixed time: on a busy machine that could pass before it was sent.
+	postAndLeave(t, e, streamBody)
 	rec := waitUsage(t, e, 1)[0]
 	if rec.Status != statusClientClosed || rec.Code != codeClientClosed {
 		t.Errorf("usage record %+v", rec)
