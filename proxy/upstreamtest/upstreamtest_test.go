@@ -90,6 +90,29 @@ func readEvent(br *bufio.Reader) (sseEvent, error) {
 }
 
 // waitOpen polls Open() until it is want, for at most 2 s.
+// doAndGiveUp sends req and gives up once the fake has received it (its
+// Count for token grew), as a client whose patience ran out. A fixed
+// timeout could run out before the request was sent on a busy machine.
+func doAndGiveUp(s *Server, c *http.Client, req *http.Request, token string) (*http.Response, error) {
+	before := s.Count(token)
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	go func() {
+		defer cancel()
+		giveUp := time.After(10 * time.Second) // never received: give up anyway
+		for s.Count(token) == before {
+			select {
+			case <-ctx.Done():
+			case <-giveUp:
+			case <-time.After(5 * time.Millisecond):
+				continue
+			}
+			return
+		}
+	}()
+	return c.Do(req.WithContext(ctx))
+}
+
 func waitOpen(t *testing.T, s *Server, want int) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
@@ -387,11 +410,9 @@ func TestHangHeadersUntilClientLeaves(t *testing.T) {
 	t.Parallel()
 	s, c := start(t)
 	s.Set("tok", Behavior{HangHeaders: true})
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", s.OpenAIBase()+"/responses", strings.NewReader(`{"stream":true}`))
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", s.OpenAIBase()+"/responses", strings.NewReader(`{"stream":true}`))
 	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := c.Do(req)
+	resp, err := doAndGiveUp(s, c, req, "tok")
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("got a response (%d) from a hung upstream", resp.StatusCode)
@@ -682,11 +703,9 @@ func TestNonStreamFaults(t *testing.T) {
 		t.Errorf("reset: got status %d, want a transport error", resp.StatusCode)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	req, _ = http.NewRequestWithContext(ctx, "POST", s.OpenAIBase()+"/responses", strings.NewReader(`{}`))
+	req, _ = http.NewRequestWithContext(t.Context(), "POST", s.OpenAIBase()+"/responses", strings.NewReader(`{}`))
 	req.Header.Set("Authorization", "Bearer stall")
-	if resp, err := c.Do(req); err == nil {
+	if resp, err := doAndGiveUp(s, c, req, "stall"); err == nil {
 		resp.Body.Close()
 		t.Errorf("stall: got status %d, want a timeout", resp.StatusCode)
 	}
@@ -893,11 +912,9 @@ func TestChatCompletionsStreamFaults(t *testing.T) {
 
 	t.Run("HangHeaders", func(t *testing.T) {
 		s.Set("hang", Behavior{HangHeaders: true})
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", url, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer hang")
-		if resp, err := c.Do(req); err == nil {
+		if resp, err := doAndGiveUp(s, c, req, "hang"); err == nil {
 			resp.Body.Close()
 			t.Fatalf("got a response (%d) from a hung upstream", resp.StatusCode)
 		}
@@ -932,11 +949,9 @@ func TestChatCompletionsObjectFaults(t *testing.T) {
 	}
 
 	s.Set("stall", Behavior{StallAfter: 2})
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	req, _ = http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req, _ = http.NewRequestWithContext(t.Context(), "POST", url, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer stall")
-	if resp, err := c.Do(req); err == nil {
+	if resp, err := doAndGiveUp(s, c, req, "stall"); err == nil {
 		resp.Body.Close()
 		t.Errorf("stall: got status %d, want a timeout", resp.StatusCode)
 	}
@@ -1048,11 +1063,9 @@ func TestHeaderDelay(t *testing.T) {
 	// The wait is cancellable: a client that gives up ends the upstream
 	// request, and so does Close.
 	s.Set("stuck", Behavior{HeaderDelay: time.Hour})
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", s.OpenAIBase()+"/chat/completions", strings.NewReader(chatBody("gpt-x")))
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", s.OpenAIBase()+"/chat/completions", strings.NewReader(chatBody("gpt-x")))
 	req.Header.Set("Authorization", "Bearer stuck")
-	if resp, err := c.Do(req); err == nil {
+	if resp, err := doAndGiveUp(s, c, req, "stuck"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("got a response (%d) during an hour-long HeaderDelay", resp.StatusCode)
 	}
