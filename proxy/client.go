@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -237,6 +238,11 @@ func (c *connector) dial(dial dialFunc, addr string, ready func(net.Conn) (net.C
 	done := make(chan dialed, 1)
 	go func() {
 		defer func() { <-c.slots }()
+		defer func() {
+			if v := recover(); v != nil {
+				done <- dialed{err: &dialPanic{v, debug.Stack()}}
+			}
+		}()
 		conn, err := dial("tcp", addr)
 		if err == nil && ready != nil {
 			raw := conn
@@ -248,6 +254,28 @@ func (c *connector) dial(dial dialFunc, addr string, ready func(net.Conn) (net.C
 	}()
 	r := <-done
 	return r.conn, r.err
+}
+
+// dialPanic is a panic met on a dialing goroutine: a bug. Nothing
+// recovers that goroutine, so the connector hands the panic back as the
+// dial's error; the upstream client gives it up like any failed connect,
+// with its own bookkeeping done, and raiseDialPanic raises it again on the
+// request's goroutine, whose recover ends that request alone.
+type dialPanic struct {
+	v     any
+	stack []byte
+}
+
+func (p *dialPanic) Error() string { return fmt.Sprintf("rotor: a bug while dialing: %v", p.v) }
+
+// raiseDialPanic raises again a bug the connector met while dialing for
+// this request (dialPanic), with the stack it was met on; any other error
+// is left to classifyTransport. A bug is nobody's fault upstream: no
+// account or endpoint is marked for it.
+func raiseDialPanic(err error) {
+	if p, ok := errors.AsType[*dialPanic](err); ok {
+		panic(fmt.Sprintf("%v (met while dialing, on the connector's goroutine: %s)", p.v, p.stack))
+	}
 }
 
 // idleConn gives every Read its own deadline: the response timeout while

@@ -302,6 +302,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	resp := fasthttp.AcquireResponse()
 	if err := rt.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
+		raiseDialPanic(err)
 		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}
 	}
 	s.endpoints.markUp(endpoint)

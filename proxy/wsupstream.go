@@ -229,6 +229,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		return up, nil, notRefused
 	}
 	if resp == nil {
+		raiseDialPanic(err)
 		err = &dialError{err}
 		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, notRefused
 	}
