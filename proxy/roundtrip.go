@@ -189,11 +189,10 @@ const maxChunkSize = 1 << 30
 // chunkSize reads a chunk's size line: hex digits, maybe extensions
 // after ';' (ignored), CRLF.
 func chunkSize(br *bufio.Reader) (int, error) {
-	line, err := br.ReadSlice('\n')
+	line, err := readLine(br)
 	if err != nil {
 		return 0, err
 	}
-	line = bytes.TrimRight(line, "\r\n")
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
 		line = line[:i]
 	}
@@ -202,6 +201,23 @@ func chunkSize(br *bufio.Reader) (int, error) {
 		return 0, errBrokenChunk
 	}
 	return int(size), nil
+}
+
+// readLine reads one line of chunked framing (a size line, a trailer
+// field) and returns it without its end: CRLF, or a lone LF, which RFC
+// 9112 §2.2 lets a recipient take for one. A CR anywhere else breaks the
+// framing, as Go's own chunked reader has it: a line two parsers could
+// end in different places is how a connection's answers get mixed up.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = bytes.TrimSuffix(line[:len(line)-1], []byte{'\r'})
+	if bytes.IndexByte(line, '\r') >= 0 {
+		return nil, errBrokenChunk
+	}
+	return line, nil
 }
 
 // crlf reads the CRLF that ends a chunk's data.
@@ -236,11 +252,11 @@ const maxTrailer = 64
 // chunk up to the empty line that ends them; io.EOF once it has.
 func skipTrailer(br *bufio.Reader) error {
 	for range maxTrailer {
-		line, err := br.ReadSlice('\n')
+		line, err := readLine(br)
 		if err != nil {
 			return unexpected(err)
 		}
-		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+		if len(line) == 0 {
 			return io.EOF
 		}
 	}
