@@ -63,9 +63,9 @@ func (s *Stream) Event(dst []byte, typ string, data []byte) []byte {
 	ev := str(data)
 	switch typ {
 	case "response.output_text.delta":
-		return s.delta(dst, `"content":`, gjson.Get(ev, "delta").Raw)
+		return s.delta(dst, `"content":`, gjson.Get(ev, "delta"))
 	case "response.reasoning_summary_text.delta":
-		return s.delta(dst, `"reasoning_content":`, gjson.Get(ev, "delta").Raw)
+		return s.delta(dst, `"reasoning_content":`, gjson.Get(ev, "delta"))
 	case "response.output_item.added":
 		item := gjson.Get(ev, "item")
 		if item.Get("type").Str != "function_call" {
@@ -74,9 +74,9 @@ func (s *Stream) Event(dst []byte, typ string, data []byte) []byte {
 		s.calls = append(s.calls, toolCall{itemID: strings.Clone(item.Get("id").Str)})
 		dst = s.toolDelta(dst, len(s.calls)-1)
 		dst = append(dst, `"id":`...)
-		dst = append(dst, item.Get("call_id").Raw...)
+		dst = appendString(dst, item.Get("call_id").String())
 		dst = append(dst, `,"type":"function","function":{"name":`...)
-		dst = append(dst, item.Get("name").Raw...)
+		dst = appendString(dst, item.Get("name").String())
 		return append(dst, `,"arguments":""}}]},"finish_reason":null}]}`+"\n\n"...)
 	case "response.function_call_arguments.delta":
 		i := s.call(gjson.Get(ev, "item_id").Str)
@@ -84,14 +84,14 @@ func (s *Stream) Event(dst []byte, typ string, data []byte) []byte {
 			return dst
 		}
 		s.calls[i].argSent = true
-		return s.arguments(dst, i, gjson.Get(ev, "delta").Raw)
+		return s.arguments(dst, i, gjson.Get(ev, "delta"))
 	case "response.output_item.done":
 		// A call whose arguments came whole, without deltas, still
 		// reaches the client.
 		item := gjson.Get(ev, "item")
 		if i := s.call(item.Get("id").Str); i >= 0 && !s.calls[i].argSent {
 			s.calls[i].argSent = true
-			return s.arguments(dst, i, item.Get("arguments").Raw)
+			return s.arguments(dst, i, item.Get("arguments"))
 		}
 		return dst
 	case "response.completed", "response.incomplete":
@@ -141,16 +141,18 @@ func (s *Stream) role(dst []byte) []byte {
 	return append(dst, `[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`+"\n\n"...)
 }
 
-// delta appends a chunk whose delta is key followed by the raw JSON value.
-func (s *Stream) delta(dst []byte, key, raw string) []byte {
-	if raw == "" {
+// delta appends a chunk whose delta is key followed by the text v. Only
+// text is passed on, written afresh: an upstream's event that is not
+// what it should be never makes a chunk the client cannot parse.
+func (s *Stream) delta(dst []byte, key string, v gjson.Result) []byte {
+	if v.Type != gjson.String {
 		return dst
 	}
 	dst = s.role(dst)
 	dst = append(dst, s.head...)
 	dst = append(dst, `[{"index":0,"delta":{`...)
 	dst = append(dst, key...)
-	dst = append(dst, raw...)
+	dst = appendString(dst, v.Str)
 	return append(dst, `},"finish_reason":null}]}`+"\n\n"...)
 }
 
@@ -163,13 +165,15 @@ func (s *Stream) toolDelta(dst []byte, i int) []byte {
 	return append(dst, ',')
 }
 
-func (s *Stream) arguments(dst []byte, i int, raw string) []byte {
-	if raw == "" || raw == `""` {
+// arguments appends a chunk with a piece of tool call i's arguments, as
+// delta does its text.
+func (s *Stream) arguments(dst []byte, i int, v gjson.Result) []byte {
+	if v.Type != gjson.String || v.Str == "" {
 		return dst
 	}
 	dst = s.toolDelta(dst, i)
 	dst = append(dst, `"function":{"arguments":`...)
-	dst = append(dst, raw...)
+	dst = appendString(dst, v.Str)
 	return append(dst, `}}]},"finish_reason":null}]}`+"\n\n"...)
 }
 
