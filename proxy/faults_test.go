@@ -585,3 +585,25 @@ func expectBeforeStall(t *testing.T, e *env, path, body string, want int, match 
 		t.Errorf("the %d lines sent before a stall took %s to arrive: the relay held them", want, d)
 	}
 }
+
+// An upstream whose quota headers hold what state.json cannot (a used
+// share of NaN, a reset thousands of years away) costs nothing but those
+// values: the answer goes through, the rest of the quota is kept, and the
+// state is still written for every process on the home.
+func TestMalformedQuotaHeadersLeaveTheStateWritable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+	e.up.Set("k1", upstreamtest.Behavior{Headers: map[string]string{
+		"x-codex-primary-used-percent": "NaN", "x-codex-primary-window-minutes": "300",
+		"x-codex-secondary-used-percent": "40", "x-codex-secondary-reset-at": "999999999999",
+		"x-codex-plan-type": "plus",
+	}})
+	expectStream(t, e.do("POST", "/v1/responses", streamBody))
+	q := e.state(1).Quota
+	if q == nil || q.Primary != nil || q.Secondary == nil || q.Secondary.UsedPercent != 40 || !q.Secondary.ResetsAt.IsZero() {
+		t.Errorf("quota kept: %+v", q)
+	}
+	if err := e.sel.Runtime().Sync(nil); err != nil {
+		t.Errorf("state.json not written: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -219,6 +220,7 @@ func (r *Runtime) SetQuota(id string, q Quota) {
 		if q.ObservedAt.IsZero() {
 			q.ObservedAt = now
 		}
+		q.Primary, q.Secondary = keepable(q.Primary, now), keepable(q.Secondary, now)
 		if s.Quota == nil || !q.ObservedAt.Before(s.Quota.ObservedAt) {
 			if q.ResetCredits == nil && s.Quota != nil {
 				q.ResetCredits = s.Quota.ResetCredits
@@ -227,6 +229,29 @@ func (r *Runtime) SetQuota(id string, q Quota) {
 			s.Quota = &q
 		}
 	})
+}
+
+// maxQuotaReset is the furthest from now a window's reset is believed,
+// far beyond the longest window rotor knows (a week).
+const maxQuotaReset = 400 * 24 * time.Hour
+
+// keepable is w as far as it can be kept and weighed: nil when its used
+// share is not a number, its reset unknown when that is further than
+// maxQuotaReset from now. Upstreams are trusted, but one malformed
+// x-codex-* header ("NaN", a reset thousands of years away) must not
+// stop state.json from being written: encoding/json refuses both, so
+// every process on the home would miss every account's news for as long
+// as that quota was the newest.
+func keepable(w *Window, now time.Time) *Window {
+	if w == nil || math.IsNaN(w.UsedPercent) || math.IsInf(w.UsedPercent, 0) {
+		return nil
+	}
+	if d := w.ResetsAt.Sub(now); !w.ResetsAt.IsZero() && (d > maxQuotaReset || d < -maxQuotaReset) {
+		c := *w
+		c.ResetsAt = time.Time{}
+		return &c
+	}
+	return w
 }
 
 // UsageRead records that id's usage was read from its backend at now.

@@ -1,0 +1,48 @@
+package rotation
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/rotorproxy/rotor/accounts/clock/clocktest"
+)
+
+// A quota an upstream reports that state.json could not hold (a used
+// share that is not a number, a reset thousands of years away, both
+// readable from an x-codex-* header) is kept as far as it makes sense:
+// the window without a number is dropped, the far reset is unknown. So
+// the state is still written, and every process on the home still reads
+// the account's news; before, encoding/json refused the whole file while
+// that quota was the newest.
+func TestQuotaStateCannotHoldIsKeptAsFarAsItMakesSense(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clk := clocktest.Frozen(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	rt := NewRuntime(dir, clk)
+	far := time.Unix(999999999999, 0) // year 33658
+	for _, w := range []float64{math.NaN(), math.Inf(1)} {
+		rt.SetQuota("a1", Quota{
+			Primary:   &Window{UsedPercent: w, WindowMinutes: 300, ResetsAt: clk.Now().Add(time.Hour)},
+			Secondary: &Window{UsedPercent: 40, WindowMinutes: 10080, ResetsAt: far},
+			PlanType:  "plus",
+		})
+		rt.RateLimited("a2", clk.Now().Add(time.Minute)) // news that must reach the file too
+		if err := rt.Sync(nil); err != nil {
+			t.Fatalf("used %v: state not written: %v", w, err)
+		}
+		other := NewRuntime(dir, clk)
+		if err := other.Sync(nil); err != nil {
+			t.Fatal(err)
+		}
+		q := other.Snapshot("a1").Quota
+		if q == nil || q.Primary != nil || q.Secondary == nil || q.Secondary.UsedPercent != 40 ||
+			!q.Secondary.ResetsAt.IsZero() || q.PlanType != "plus" {
+			t.Errorf("used %v: another process reads %+v", w, q)
+		}
+		if other.Snapshot("a2").RateLimitedUntil.IsZero() {
+			t.Errorf("used %v: another process missed a2's rate limit", w)
+		}
+		clk.Advance(time.Minute)
+	}
+}
