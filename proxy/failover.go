@@ -252,12 +252,12 @@ func containsAny(s string, subs ...string) bool {
 func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time {
 	if v := h.Peek("retry-after-ms"); len(v) > 0 {
 		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms > 0 {
-			return now.Add(time.Duration(ms * float64(time.Millisecond)))
+			return afterUnits(now, ms, time.Millisecond)
 		}
 	}
 	if v := h.Peek("Retry-After"); len(v) > 0 {
 		if sec, err := strconv.ParseFloat(string(v), 64); err == nil && sec > 0 {
-			return now.Add(time.Duration(sec * float64(time.Second)))
+			return afterUnits(now, sec, time.Second)
 		}
 		if t, err := fasthttp.ParseHTTPDate(v); err == nil && t.After(now) {
 			return t
@@ -268,10 +268,10 @@ func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time
 			return time.Unix(v.Int(), 0)
 		}
 		if v := gjson.GetBytes(body, prefix+"resets_in_seconds"); v.Exists() && v.Float() > 0 {
-			return now.Add(time.Duration(v.Float() * float64(time.Second)))
+			return afterUnits(now, v.Float(), time.Second)
 		}
 		if v := gjson.GetBytes(body, prefix+"retry_after_ms"); v.Exists() && v.Float() > 0 {
-			return now.Add(time.Duration(v.Float() * float64(time.Millisecond)))
+			return afterUnits(now, v.Float(), time.Millisecond)
 		}
 	}
 	if q := parseQuota(now, h); q != nil {

@@ -607,3 +607,20 @@ func TestMalformedQuotaHeadersLeaveTheStateWritable(t *testing.T) {
 		t.Errorf("state.json not written: %v", err)
 	}
 }
+
+// A usage limit whose wait no Duration can hold (Inf, or centuries) is
+// the longest limit rotor keeps (rotation.MaxRateLimit), not a wait that
+// overflowed into the past and became the 60 s default.
+func TestUsageLimitTooLongToHoldIsTheLongestKept(t *testing.T) {
+	t.Parallel()
+	for _, h := range []map[string]string{
+		{"retry-after-ms": "Inf"},
+		{"Retry-After": "1e300"},
+	} {
+		e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
+		e.up.Set("k1", upstreamtest.Behavior{Status: 429, Headers: h})
+		start := time.Now()
+		readAll(t, e.do("POST", "/v1/responses", streamBody))
+		near(t, fmt.Sprint(h), e.state(1).RateLimitedUntil, start.Add(rotation.MaxRateLimit), time.Minute)
+	}
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -46,7 +47,7 @@ func parseWindow(now time.Time, h *fasthttp.ResponseHeader, names *windowHeaders
 	if v, err := strconv.ParseInt(string(h.Peek(names.resetAt)), 10, 64); err == nil && v > 0 {
 		w.ResetsAt = time.Unix(v, 0)
 	} else if v, err := strconv.ParseFloat(string(h.Peek(names.resetAfter)), 64); err == nil {
-		w.ResetsAt = now.Add(time.Duration(v * float64(time.Second)))
+		w.ResetsAt = afterUnits(now, v, time.Second)
 	}
 	return w
 }
@@ -67,7 +68,7 @@ func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
 		if at := w.Get("reset_at").Int(); at > 0 {
 			win.ResetsAt = time.Unix(at, 0)
 		} else if after := w.Get("reset_after_seconds").Float(); after > 0 {
-			win.ResetsAt = now.Add(time.Duration(after * float64(time.Second)))
+			win.ResetsAt = afterUnits(now, after, time.Second)
 		}
 		if k == "primary" {
 			q.Primary = win
@@ -104,4 +105,21 @@ func setQuotaHeaders(h HeaderSetter, now time.Time, q *rotation.Quota) {
 	if q.PlanType != "" {
 		h.Set("x-codex-plan-type", q.PlanType)
 	}
+}
+
+// afterUnits is now plus v units, as an upstream states a wait or a time
+// to a reset. A value no Duration can hold (Inf, centuries) is as far as
+// one goes, which the runtime then caps, where converting it would
+// overflow into the past; NaN is unknown (zero).
+func afterUnits(now time.Time, v float64, unit time.Duration) time.Time {
+	d := v * float64(unit)
+	switch {
+	case math.IsNaN(d):
+		return time.Time{}
+	case d >= math.MaxInt64:
+		return now.Add(math.MaxInt64)
+	case d <= math.MinInt64:
+		return now.Add(math.MinInt64)
+	}
+	return now.Add(time.Duration(d))
 }

@@ -223,7 +223,7 @@ func usageQuota(body []byte, now time.Time) (q *rotation.Quota, allowed bool) {
 		if at := w.Get("reset_at").Int(); at > 0 {
 			out.ResetsAt = time.Unix(at, 0)
 		} else if after := w.Get("reset_after_seconds").Int(); after > 0 {
-			out.ResetsAt = now.Add(time.Duration(after) * time.Second)
+			out.ResetsAt = afterUnits(now, float64(after), time.Second)
 		}
 		return out
 	}
