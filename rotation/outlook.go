@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -222,7 +223,14 @@ func windowOutlook(w *Window, rate float64, known bool, observed, now, end time.
 }
 
 // hours is h hours as a duration.
-func hours(h float64) time.Duration { return time.Duration(h * float64(time.Hour)) }
+func hours(h float64) time.Duration {
+	// A rate slow enough makes more hours than a Duration holds; converted
+	// as is, they would overflow into the past and read "full now".
+	if d := h * float64(time.Hour); d < math.MaxInt64 {
+		return time.Duration(d)
+	}
+	return math.MaxInt64
+}
 
 // union sorts outs and joins those that overlap or touch, so that the end
 // of one is when the account can serve again.

@@ -46,3 +46,15 @@ func TestQuotaStateCannotHoldIsKeptAsFarAsItMakesSense(t *testing.T) {
 		clk.Advance(time.Minute)
 	}
 }
+
+// A rate so slow that filling the window would take more hours than a
+// Duration holds never fills it; before, the conversion overflowed into
+// the past and the window read as full now.
+func TestSlowRateNeverFillsTheWindow(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	w := &Window{UsedPercent: 10, WindowMinutes: 300, ResetsAt: now.Add(4 * time.Hour)}
+	if outs, fill := windowOutlook(w, 1e-9, true, now, now, now.Add(7*24*time.Hour)); len(outs) != 0 || !fill.IsZero() {
+		t.Errorf("%d outages, fills at %v; want none", len(outs), fill)
+	}
+}
