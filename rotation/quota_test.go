@@ -11,7 +11,8 @@ import (
 // A quota an upstream reports that state.json could not hold (a used
 // share that is not a number, a reset thousands of years away, both
 // readable from an x-codex-* header) is kept as far as it makes sense:
-// the window without a number is dropped, the far reset is unknown. So
+// the window without a number is dropped, the far reset is unknown, and
+// so is a window length no Duration holds (it would overflow). So
 // the state is still written, and every process on the home still reads
 // the account's news; before, encoding/json refused the whole file while
 // that quota was the newest.
@@ -24,7 +25,7 @@ func TestQuotaStateCannotHoldIsKeptAsFarAsItMakesSense(t *testing.T) {
 	for _, w := range []float64{math.NaN(), math.Inf(1)} {
 		rt.SetQuota("a1", Quota{
 			Primary:   &Window{UsedPercent: w, WindowMinutes: 300, ResetsAt: clk.Now().Add(time.Hour)},
-			Secondary: &Window{UsedPercent: 40, WindowMinutes: 10080, ResetsAt: far},
+			Secondary: &Window{UsedPercent: 40, WindowMinutes: 1 << 50, ResetsAt: far},
 			PlanType:  "plus",
 		})
 		rt.RateLimited("a2", clk.Now().Add(time.Minute)) // news that must reach the file too
@@ -37,7 +38,7 @@ func TestQuotaStateCannotHoldIsKeptAsFarAsItMakesSense(t *testing.T) {
 		}
 		q := other.Snapshot("a1").Quota
 		if q == nil || q.Primary != nil || q.Secondary == nil || q.Secondary.UsedPercent != 40 ||
-			!q.Secondary.ResetsAt.IsZero() || q.PlanType != "plus" {
+			!q.Secondary.ResetsAt.IsZero() || q.Secondary.WindowMinutes != 0 || q.PlanType != "plus" {
 			t.Errorf("used %v: another process reads %+v", w, q)
 		}
 		if other.Snapshot("a2").RateLimitedUntil.IsZero() {

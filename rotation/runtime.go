@@ -237,7 +237,7 @@ const maxQuotaReset = 400 * 24 * time.Hour
 
 // keepable is w as far as it can be kept and weighed: nil when its used
 // share is not a number, its reset unknown when that is further than
-// maxQuotaReset from now. Upstreams are trusted, but one malformed
+// maxQuotaReset from now, and its length unknown when it is longer. Upstreams are trusted, but one malformed
 // x-codex-* header ("NaN", a reset thousands of years away) must not
 // stop state.json from being written: encoding/json refuses both, so
 // every process on the home would miss every account's news for as long
@@ -246,9 +246,16 @@ func keepable(w *Window, now time.Time) *Window {
 	if w == nil || math.IsNaN(w.UsedPercent) || math.IsInf(w.UsedPercent, 0) {
 		return nil
 	}
-	if d := w.ResetsAt.Sub(now); !w.ResetsAt.IsZero() && (d > maxQuotaReset || d < -maxQuotaReset) {
+	far := func(d time.Duration) bool { return d > maxQuotaReset || d < -maxQuotaReset }
+	badLength := w.WindowMinutes < 0 || w.WindowMinutes > int(maxQuotaReset/time.Minute)
+	if badLength || (!w.ResetsAt.IsZero() && far(w.ResetsAt.Sub(now))) {
 		c := *w
-		c.ResetsAt = time.Time{}
+		if badLength {
+			c.WindowMinutes = 0 // unknown; a length that long overflows a Duration
+		}
+		if far(c.ResetsAt.Sub(now)) {
+			c.ResetsAt = time.Time{}
+		}
 		return &c
 	}
 	return w
