@@ -108,18 +108,11 @@ func setQuotaHeaders(h HeaderSetter, now time.Time, q *rotation.Quota) {
 }
 
 // afterUnits is now plus v units, as an upstream states a wait or a time
-// to a reset. A value no Duration can hold (Inf, centuries) is as far as
-// one goes, which the runtime then caps, where converting it would
-// overflow into the past; NaN is unknown (zero).
+// to a reset: as far as a Duration goes when it cannot hold them (the
+// runtime then caps it), unknown (zero) for NaN.
 func afterUnits(now time.Time, v float64, unit time.Duration) time.Time {
-	d := v * float64(unit)
-	switch {
-	case math.IsNaN(d):
+	if math.IsNaN(v) {
 		return time.Time{}
-	case d >= math.MaxInt64:
-		return now.Add(math.MaxInt64)
-	case d <= math.MinInt64:
-		return now.Add(math.MinInt64)
 	}
-	return now.Add(time.Duration(d))
+	return now.Add(rotation.Span(v, unit))
 }

@@ -223,13 +223,24 @@ func windowOutlook(w *Window, rate float64, known bool, observed, now, end time.
 }
 
 // hours is h hours as a duration.
-func hours(h float64) time.Duration {
-	// A rate slow enough makes more hours than a Duration holds; converted
-	// as is, they would overflow into the past and read "full now".
-	if d := h * float64(time.Hour); d < math.MaxInt64 {
-		return time.Duration(d)
+// A rate slow enough makes more hours than a Duration holds; converted
+// as is, they would overflow into the past and read "full now".
+func hours(h float64) time.Duration { return Span(h, time.Hour) }
+
+// Span is v units as a Duration, as far as one goes either way when it
+// cannot hold them (an upstream's "Inf", centuries, a rate near zero),
+// where a plain conversion would overflow and change sign; NaN is 0.
+func Span(v float64, unit time.Duration) time.Duration {
+	d := v * float64(unit)
+	switch {
+	case math.IsNaN(d):
+		return 0
+	case d >= math.MaxInt64:
+		return math.MaxInt64
+	case d <= math.MinInt64:
+		return math.MinInt64
 	}
-	return math.MaxInt64
+	return time.Duration(d)
 }
 
 // union sorts outs and joins those that overlap or touch, so that the end

@@ -237,11 +237,12 @@ const maxQuotaReset = 400 * 24 * time.Hour
 
 // keepable is w as far as it can be kept and weighed: nil when its used
 // share is not a number, its reset unknown when that is further than
-// maxQuotaReset from now, and its length unknown when it is longer. Upstreams are trusted, but one malformed
-// x-codex-* header ("NaN", a reset thousands of years away) must not
-// stop state.json from being written: encoding/json refuses both, so
-// every process on the home would miss every account's news for as long
-// as that quota was the newest.
+// maxQuotaReset from now, and its length unknown when it is longer.
+// Upstreams are trusted, but one malformed x-codex-* header ("NaN", a
+// reset thousands of years away) must not stop state.json from being
+// written: encoding/json refuses both, so every process on the home
+// would miss every account's news for as long as that quota was the
+// newest.
 func keepable(w *Window, now time.Time) *Window {
 	if w == nil || math.IsNaN(w.UsedPercent) || math.IsInf(w.UsedPercent, 0) {
 		return nil
