@@ -247,19 +247,20 @@ func keepable(w *Window, now time.Time) *Window {
 	if w == nil || math.IsNaN(w.UsedPercent) || math.IsInf(w.UsedPercent, 0) {
 		return nil
 	}
-	far := func(d time.Duration) bool { return d > maxQuotaReset || d < -maxQuotaReset }
+	d := w.ResetsAt.Sub(now)
+	farReset := !w.ResetsAt.IsZero() && (d > maxQuotaReset || d < -maxQuotaReset)
 	badLength := w.WindowMinutes < 0 || w.WindowMinutes > int(maxQuotaReset/time.Minute)
-	if badLength || (!w.ResetsAt.IsZero() && far(w.ResetsAt.Sub(now))) {
-		c := *w
-		if badLength {
-			c.WindowMinutes = 0 // unknown; a length that long overflows a Duration
-		}
-		if far(c.ResetsAt.Sub(now)) {
-			c.ResetsAt = time.Time{}
-		}
-		return &c
+	if !farReset && !badLength {
+		return w
 	}
-	return w
+	c := *w
+	if farReset {
+		c.ResetsAt = time.Time{}
+	}
+	if badLength {
+		c.WindowMinutes = 0 // a length that long overflows a Duration
+	}
+	return &c
 }
 
 // UsageRead records that id's usage was read from its backend at now.

@@ -416,9 +416,10 @@ func (s *Server) RootCAs() *x509.CertPool {
 	return s.roots
 }
 
-// SelfSigned makes a certificate for 127.0.0.1, ::1, 0.0.0.0 and localhost, valid for a
-// day, and the pool that trusts it: for an upstream served over TLS in
-// another process (rotor-bench's) as StartTLS serves this one.
+// SelfSigned makes a certificate for 127.0.0.1, ::1, 0.0.0.0 and
+// localhost, valid for a day, and the pool that trusts it: for an
+// upstream served over TLS in another process (rotor-bench's) as
+// StartTLS serves this one.
 func SelfSigned() (tls.Certificate, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
