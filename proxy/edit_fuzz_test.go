@@ -150,38 +150,45 @@ func FuzzUnbind(f *testing.F) {
 			}
 		}
 		for _, item := range kept {
-			if item.Get("encrypted_content").Exists() && bound(item) {
+			if bound(item) {
 				t.Fatalf("unbind(%q) = %q: a foreign blob is still there", body, out)
 			}
 		}
 	})
 }
 
-// FuzzRewriteFrame: a response.create frame made into the body of POST
-// /responses keeps no frame-only member, streams, carries the conversation
-// it replaces the reference with, and is still JSON; every member it has
-// no reason to touch keeps its value.
+// FuzzRewriteFrame: a response.create frame, made into the body of POST
+// /responses or kept a frame, carries the conversation it replaces the
+// reference with and is still JSON; as a body it keeps no frame-only
+// member and streams. Every member it has no reason to touch keeps its
+// value, and a frame with nothing to change comes back as it is.
 func FuzzRewriteFrame(f *testing.F) {
 	editCorpus(f)
+	whole := []byte(`{"type":"message","role":"user","content":"earlier"}`)
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		s, ok := editable(frame)
 		if !ok {
 			return
 		}
-		in := lastWins(t, frame)
-		hdr := new(fasthttp.RequestHeader)
-		whole := []byte(`{"type":"message","role":"user","content":"earlier"}`)
-		out := rewriteFrame(frame, s.members, whole, hdr)
-		got := lastWins(t, out)
-		want := maps.Clone(in)
-		for k := range want {
-			if k == "type" || k == "generate" || k == "previous_response_id" || frameHeader(k) {
-				delete(want, k)
-			}
+		if out := rewriteFrame(frame, s.members, nil, nil); !bytes.Equal(out, frame) {
+			t.Fatalf("rewriteFrame(%q) with nothing to change = %q", frame, out)
 		}
-		want["stream"], want["input"] = json.RawMessage("true"), json.RawMessage("["+string(whole)+"]")
-		if !sameMembers(got, want) {
-			t.Fatalf("rewriteFrame(%q) = %q\nmembers %q\nwant    %q", frame, out, got, want)
+		in := lastWins(t, frame)
+		for _, hdr := range []*fasthttp.RequestHeader{nil, new(fasthttp.RequestHeader)} {
+			out := rewriteFrame(frame, s.members, whole, hdr)
+			want := maps.Clone(in)
+			for k := range want {
+				if k == "previous_response_id" || hdr != nil && (k == "type" || k == "generate" || frameHeader(k)) {
+					delete(want, k)
+				}
+			}
+			want["input"] = json.RawMessage("[" + string(whole) + "]")
+			if hdr != nil {
+				want["stream"] = json.RawMessage("true")
+			}
+			if got := lastWins(t, out); !sameMembers(got, want) {
+				t.Fatalf("rewriteFrame(%q, as a body: %v) = %q\nmembers %q\nwant    %q", frame, hdr != nil, out, got, want)
+			}
 		}
 	})
 }
