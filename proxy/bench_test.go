@@ -229,6 +229,9 @@ func BenchmarkConcurrentStreams(b *testing.B) {
 // byte of history (make bench-load measures it against a naive proxy).
 func BenchmarkLargeBody(b *testing.B) {
 	e := newBenchEnv(b)
+	// 2 MiB is more than the fake's default window counts; a model with a
+	// larger one takes it.
+	e.up.Set("k1", upstreamtest.Behavior{ContextWindow: 1 << 20})
 	body := `{"model":"gpt-5","stream":false,"input":"` + strings.Repeat("x", 2<<20) + `"}`
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {

@@ -79,6 +79,14 @@ const (
 
 	// blobRefusalStream is the BlobRefusalStream answer under testdata/sse/.
 	blobRefusalStream = "invalid_encrypted_content.sse"
+
+	// defaultContextWindow is the context window, in tokens, of every model
+	// the fake serves (its catalog's context_window), unless
+	// Behavior.ContextWindow says otherwise.
+	defaultContextWindow = 272000
+	// contextLengthStream is how the ChatGPT backend fails a streamed
+	// request over the window, under testdata/sse/.
+	contextLengthStream = "failed_context_length.sse"
 )
 
 // identity is the account a request speaks for: its chatgpt-account-id
@@ -209,6 +217,9 @@ type scope struct {
 	// caller may continue; nil where the fake does not check it (/v1 over
 	// HTTP, where the real API would look in its store).
 	known func(id string) bool
+	// window is the model's context window in tokens (0: not checked, as
+	// on the compact routes).
+	window int
 }
 
 // refusal is a request the backend's rules refuse: an error fixture with
@@ -221,6 +232,9 @@ type refusal struct {
 	// Behavior.BlobRefusal picks the form, and status/fixture are the
 	// BlobRefusalCode one.
 	blob string
+	// stream, when set, is the refusal's form for a request that asked for
+	// a stream: a fixture under testdata/sse/ ending in response.failed.
+	stream string
 }
 
 // check applies the rules to a Responses or compact request, in the order
@@ -271,8 +285,19 @@ func (s *Server) check(req *requestBody, sc scope) *refusal {
 			}
 		}
 	}
+	if sc.window > 0 && req.inputTokens() > sc.window {
+		rf := &refusal{status: http.StatusBadRequest, fixture: "context_length_exceeded_400.json"}
+		if sc.codex {
+			rf.stream = contextLengthStream // the backend fails the stream instead
+		}
+		return rf
+	}
 	return nil
 }
+
+// inputTokens is the request's input counted as the fake counts tokens
+// everywhere (PromptCache too): one per 4 bytes.
+func (r *requestBody) inputTokens() int { return (len(r.Input) + 3) / 4 }
 
 // blobRefusal refuses encrypted content the caller cannot read.
 func blobRefusal(blob string) *refusal {
@@ -286,26 +311,30 @@ func itemNotFound(id string) *refusal {
 		repl: []string{itemPlaceholder, "'" + jsonText(id) + "'"}}
 }
 
-// form resolves Behavior.BlobRefusal for rf: the error fixture to send, or
-// stream true for the response.failed stream (only when the request asked
-// for a stream). An unknown BlobRefusal is an error, so a typo in a test
-// fails loudly instead of testing the default.
-func (rf *refusal) form(b Behavior, streamed bool) (fixture string, stream bool, err error) {
+// form resolves the form of rf: the error fixture to send, or the
+// response.failed stream to replay instead (only when the request asked
+// for a stream). Behavior.BlobRefusal decides it for a blob; an unknown
+// BlobRefusal is an error, so a typo in a test fails loudly instead of
+// testing the default.
+func (rf *refusal) form(b Behavior, streamed bool) (fixture, stream string, err error) {
 	if rf.blob == "" {
-		return rf.fixture, false, nil
+		if streamed && rf.stream != "" {
+			return "", rf.stream, nil
+		}
+		return rf.fixture, "", nil
 	}
 	switch b.BlobRefusal {
 	case "", BlobRefusalCode:
-		return rf.fixture, false, nil
+		return rf.fixture, "", nil
 	case BlobRefusalNull:
-		return "invalid_encrypted_content_null_400.json", false, nil
+		return "invalid_encrypted_content_null_400.json", "", nil
 	case BlobRefusalStream:
 		if streamed {
-			return "", true, nil
+			return "", blobRefusalStream, nil
 		}
-		return rf.fixture, false, nil
+		return rf.fixture, "", nil
 	}
-	return "", false, fmt.Errorf("unknown Behavior.BlobRefusal %q (want %q, %q or %q)", b.BlobRefusal, BlobRefusalCode, BlobRefusalNull, BlobRefusalStream)
+	return "", "", fmt.Errorf("unknown Behavior.BlobRefusal %q (want %q, %q or %q)", b.BlobRefusal, BlobRefusalCode, BlobRefusalNull, BlobRefusalStream)
 }
 
 // replacing returns an eventEdit that applies old, new pairs to every
@@ -329,9 +358,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, b Behavior, rf *
 	switch {
 	case err != nil:
 		fixtureMissing(w, err)
-	case stream:
+	case stream != "":
 		// No stream faults: the refusal is the answer under test.
-		s.serveStream(w, r, Behavior{}, "sse/"+blobRefusalStream, model, fill, replacing(rf.repl))
+		s.serveStream(w, r, Behavior{}, "sse/"+stream, model, fill, replacing(rf.repl))
 	default:
 		s.serveFixtureError(w, rf.status, fixture, fill, rf.repl...)
 	}

@@ -718,3 +718,49 @@ func TestPromptCacheIsPerAccount(t *testing.T) {
 		t.Errorf("first %d/%d, second %d/%d (want %d cached), another account's %d", c1, in1, c2, in2, want, c3)
 	}
 }
+
+// TestContextWindow: an input over the model's context window is refused
+// as each upstream refuses it: the ChatGPT backend fails the stream (over
+// HTTP and on a socket), api.openai.com answers 400 before any stream.
+func TestContextWindow(t *testing.T) {
+	t.Parallel()
+	s, c := start(t)
+	const msg = "Your input exceeds the context window of this model. Please adjust your input and try again."
+	s.Set("tok", Behavior{ContextWindow: 100})
+	over := `{"model":"m","stream":true,"store":false,"input":"` + strings.Repeat("w", 400) + `"}`
+	under := `{"model":"m","stream":true,"store":false,"input":"` + strings.Repeat("w", 390) + `"}`
+
+	status, h, body := post(t, c, s.ChatGPTBase()+"/codex/responses", "tok", over)
+	evs := events(t, body)
+	if status != 200 || h.Get("Content-Type") != "text/event-stream" || len(evs) != 3 || evs[2].typ != "response.failed" ||
+		!strings.Contains(evs[2].data, `"error":{"code":"context_length_exceeded","message":"`+msg+`"}`) {
+		t.Errorf("codex route: %d %s", status, body)
+	}
+	if status, _, body := post(t, c, s.ChatGPTBase()+"/codex/responses", "tok", under); status != 200 || !bytes.Contains(body, []byte("response.completed")) {
+		t.Errorf("under the window: %d %s", status, body)
+	}
+	for _, req := range []string{over, strings.Replace(over, `"stream":true,`, "", 1)} {
+		status, _, body := post(t, c, s.OpenAIBase()+"/responses", "tok", req)
+		var e struct {
+			Error struct{ Message, Type, Param, Code string } `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || status != 400 || e.Error.Code != "context_length_exceeded" ||
+			e.Error.Type != "invalid_request_error" || e.Error.Param != "input" || e.Error.Message != msg {
+			t.Errorf("/v1: %d %s", status, body)
+		}
+	}
+	sk := dial(t, s, "/backend-api/codex/responses", "tok")
+	got := sk.turn(`{"type":"response.create","model":"m","input":"` + strings.Repeat("w", 400) + `"}`)
+	if frameTypes(got) != "response.created,response.in_progress,response.failed" || !bytes.Contains(got[2].data, []byte(`"code":"context_length_exceeded"`)) {
+		t.Errorf("socket: %s", frameTypes(got))
+	}
+	// The default window is the catalog's: an ordinary request passes.
+	s.Set("tok", Behavior{})
+	if status, _, _ := post(t, c, s.ChatGPTBase()+"/codex/responses", "tok", over); status != 200 {
+		t.Errorf("default window: %d", status)
+	}
+	if status, _, body := post(t, c, s.OpenAIBase()+"/responses", "tok", `{"model":"m","input":"`+strings.Repeat("w", 4*defaultContextWindow)+`"}`); status != 400 ||
+		!bytes.Contains(body, []byte("context_length_exceeded")) {
+		t.Errorf("over the default window: %d %.200s", status, body)
+	}
+}

@@ -517,10 +517,11 @@ func (sk *socket) answer(ctx context.Context, m message) bool {
 	}
 	req := parseRequest(m.data)
 	sc := scope{
-		owner: sk.owner,
-		codex: sk.path == chatgptPrefix+"/codex/responses",
-		lite:  sk.lite || req.liteMarked(),
-		known: sk.ids.has,
+		owner:  sk.owner,
+		codex:  sk.path == chatgptPrefix+"/codex/responses",
+		lite:   sk.lite || req.liteMarked(),
+		known:  sk.ids.has,
+		window: b.contextWindow(),
 	}
 	if rf := s.check(&req, sc); rf != nil {
 		return sk.refuse(ctx, b, rf, &req, fill)
@@ -539,9 +540,9 @@ func (sk *socket) refuse(ctx context.Context, b Behavior, rf *refusal, req *requ
 	switch {
 	case err != nil:
 		return sk.sendError(http.StatusInternalServerError, fixtureMissingBody(err), nil)
-	case stream:
+	case stream != "":
 		// No stream faults, and a failed response is nothing to continue.
-		return sk.stream(ctx, Behavior{}, "sse/"+blobRefusalStream, req.Model, fill, replacing(rf.repl), false)
+		return sk.stream(ctx, Behavior{}, "sse/"+stream, req.Model, fill, replacing(rf.repl), false)
 	}
 	return sk.sendFixtureError(rf.status, fixture, b.Headers, fill, rf.repl...)
 }

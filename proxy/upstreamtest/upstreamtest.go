@@ -72,6 +72,15 @@
 //     either on the handshake or in the frame as client_metadata
 //     "ws_request_header_x_openai_internal_codex_responses_lite":"true"),
 //     else it gets 400 invalid_request_error naming the parameter.
+//   - The context window. A Responses request whose input is more tokens
+//     than Behavior.ContextWindow (a token per 4 bytes) is refused. On
+//     /v1 it is 400 invalid_request_error, code context_length_exceeded
+//     (errors/context_length_exceeded_400.json), before any stream, as
+//     api.openai.com answers. The ChatGPT backend instead fails the
+//     stream: response.created, then response.failed with that code and
+//     "Your input exceeds the context window of this model. ..."
+//     (sse/failed_context_length.sse); on a socket, the same frames. It is
+//     the request's fault, and every account answers it the same way.
 //   - Sockets. The 101 answer carries x-codex-turn-state (minted like a blob
 //     for the handshake's account, one value per socket), x-models-etag,
 //     openai-model and x-reasoning-included: true. A response.create on a
@@ -83,8 +92,9 @@
 //
 // Order: a socket's age is checked first, then a Behavior's error Status
 // (which answers before any other rule), then the codex route's
-// "stream":true, store, previous_response_id, the Lite marker, and the
-// input items one by one (the first failing item decides). Over HTTP a
+// "stream":true, store, previous_response_id, the Lite marker, the
+// input items one by one (the first failing item decides), and last the
+// context window. Over HTTP a
 // refusal is the status and body above; on a socket it is an error frame
 // carrying the body's error object (the detail string as its message).
 //
@@ -294,7 +304,14 @@ type Behavior struct {
 	// open. It is read at each frame like the rest of the Behavior, so a
 	// test may shorten it while a socket is open.
 	SocketLifetime time.Duration
+	// ContextWindow is the model's context window in tokens (0 means
+	// 272,000, the fake's catalog's), counted a token per 4 bytes of the
+	// request's input. A Responses request over it is refused as the real
+	// upstreams refuse it (see "The backend's own rules").
+	ContextWindow int
 }
+
+func (b Behavior) contextWindow() int { return cmp.Or(b.ContextWindow, defaultContextWindow) }
 
 // Recorded is a copy of one request the fake received.
 //
@@ -795,14 +812,14 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 		}
 		// Nothing is stored there, so over HTTP no previous response is
 		// ever known: only a socket remembers its own.
-		sc := scope{owner: owner, codex: true, lite: lite, known: func(string) bool { return false }}
+		sc := scope{owner: owner, codex: true, lite: lite, known: func(string) bool { return false }, window: b.contextWindow()}
 		if rf := s.check(&req, sc); rf != nil {
 			s.refuse(w, r, b, rf, req.Model, true, fill)
 			return
 		}
 		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, chain(s.minting(owner, &req), s.caching(b, owner, &req)))
 	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
-		if rf := s.check(&req, scope{owner: owner, lite: lite}); rf != nil {
+		if rf := s.check(&req, scope{owner: owner, lite: lite, window: b.contextWindow()}); rf != nil {
 			s.refuse(w, r, b, rf, req.Model, req.streaming(), fill)
 			return
 		}
