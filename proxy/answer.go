@@ -33,7 +33,7 @@ const maxHeldBack = 256 << 10
 // failure's code: the attempt is then a failure like an HTTP error.
 // pending is read into a pooled buffer; releaseHeld returns it once it
 // is sent, or will not be.
-func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
+func holdBack(stream io.Reader) (pending []byte, failed streamFailure, err error) {
 	buf := holdBackBufs.Get().(*[holdBackBuf]byte)[:0]
 	var sc sseScanner
 	done := false
@@ -41,12 +41,12 @@ func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
 		if done || bootstrapEvents[e.typ] {
 			return
 		}
-		failure, done = e.failure(), true // a failure, or the first output event
+		failed, done = e.failure(), true // a failure, or the first output event
 	}
 	for !done {
 		if len(buf) == cap(buf) {
 			if len(buf) >= maxHeldBack {
-				return buf, "", nil
+				return buf, streamFailure{}, nil
 			}
 			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
 		}
@@ -54,10 +54,10 @@ func holdBack(stream io.Reader) (pending []byte, failure string, err error) {
 		sc.feed(buf[len(buf) : len(buf)+n])
 		buf = buf[:len(buf)+n]
 		if err != nil {
-			return buf, failure, err
+			return buf, failed, err
 		}
 	}
-	return buf, failure, nil
+	return buf, failed, nil
 }
 
 // holdBackBuf is the pooled buffer a hold-back starts with: what is held
@@ -97,10 +97,16 @@ func newAssembler(r *request, sh answerForm) assembler {
 	return nil
 }
 
-// assemble reads a whole stream through asm.
-func assemble(stream io.Reader, asm assembler) (body []byte, failure string, err error) {
+// assemble reads a whole stream through asm. failed carries the message
+// of the event the stream failed with, if one said why.
+func assemble(stream io.Reader, asm assembler) (body []byte, failed streamFailure, err error) {
 	var sc sseScanner
-	sc.onEvent = func(e event) { asm.Event(e.typ, e.data) }
+	sc.onEvent = func(e event) {
+		asm.Event(e.typ, e.data)
+		if f := e.failure(); f.code != "" {
+			failed = f
+		}
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := stream.Read(buf)
@@ -109,12 +115,12 @@ func assemble(stream io.Reader, asm assembler) (body []byte, failure string, err
 			break
 		}
 		if rerr != nil {
-			_, failure = asm.Result()
-			return nil, failure, rerr
+			_, failed.code = asm.Result()
+			return nil, failed, rerr
 		}
 	}
-	body, failure = asm.Result()
-	return body, failure, nil
+	body, failed.code = asm.Result()
+	return body, failed, nil
 }
 
 // responseAssembler builds the Response object: the final
@@ -135,7 +141,7 @@ func (a *responseAssembler) Event(typ string, data []byte) {
 	case "response.completed", "response.incomplete":
 		a.final = []byte(gjson.GetBytes(data, "response").Raw)
 	case "response.failed":
-		a.failure = event{data: data, typ: typ}.failure()
+		a.failure = event{data: data, typ: typ}.failure().code
 	}
 }
 

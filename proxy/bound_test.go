@@ -196,7 +196,7 @@ func TestClassifyTheBackendsLookalikes(t *testing.T) {
 		`{"type":"response.failed","response":{"error":{"code":null,"message":"The encrypted content gAAA= could not be verified."}}}`,
 		`{"type":"error","error":{"code":null,"message":"The encrypted content gAAA= could not be verified."}}`,
 	} {
-		if got := failedStreamVerdict(readEvent([]byte(ev)).failure()); got != verdictForeignContent {
+		if got := failedStreamVerdict(readEvent([]byte(ev)).failure().code); got != verdictForeignContent {
 			t.Errorf("%s: %s", ev, failover[got].name)
 		}
 	}

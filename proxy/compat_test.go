@@ -368,7 +368,7 @@ func TestAssembleResponseHello(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			body, failure, err := assemble(r, &responseAssembler{})
-			if err != nil || failure != "" {
+			if err != nil || failure.code != "" {
 				t.Fatalf("failure %q err %v", failure, err)
 			}
 			a := compatDecodeResponse(t, body)
@@ -383,7 +383,7 @@ func TestAssembleResponseHello(t *testing.T) {
 func TestAssembleResponseToolCall(t *testing.T) {
 	t.Parallel()
 	body, failure, err := assemble(bytes.NewReader(compatFixture(t, "sse/tool_call.sse")), &responseAssembler{})
-	if err != nil || failure != "" {
+	if err != nil || failure.code != "" {
 		t.Fatalf("failure %q err %v", failure, err)
 	}
 	a := compatDecodeResponse(t, body)
@@ -411,7 +411,7 @@ func TestAssembleResponseFillsEmptyOutput(t *testing.T) {
 	}
 	emptied := append(append(append([]byte(nil), raw[:i]...), `"output":[`...), raw[i+j:]...)
 	body, failure, err := assemble(bytes.NewReader(emptied), &responseAssembler{})
-	if err != nil || failure != "" {
+	if err != nil || failure.code != "" {
 		t.Fatalf("failure %q err %v", failure, err)
 	}
 	compatCheckHello(t, compatDecodeResponse(t, body))
@@ -420,13 +420,13 @@ func TestAssembleResponseFillsEmptyOutput(t *testing.T) {
 func TestAssembleResponseFailures(t *testing.T) {
 	t.Parallel()
 	body, failure, err := assemble(bytes.NewReader(compatFixture(t, "sse/failed_overloaded.sse")), &responseAssembler{})
-	if err != nil || body != nil || failure != "server_is_overloaded" {
+	if err != nil || body != nil || failure != (streamFailure{"server_is_overloaded", "Our servers are currently overloaded. Please try again later."}) {
 		t.Errorf("failed stream: body %q failure %q err %v", body, failure, err)
 	}
 	raw := compatFixture(t, "sse/hello.sse")
 	cut := raw[:bytes.Index(raw, []byte("event: response.completed"))]
 	body, failure, err = assemble(bytes.NewReader(cut), &responseAssembler{})
-	if err != nil || body != nil || failure != "stream_incomplete" {
+	if err != nil || body != nil || failure != (streamFailure{code: "stream_incomplete"}) {
 		t.Errorf("cut stream: body %q failure %q err %v", body, failure, err)
 	}
 	body, _, err = assemble(io.MultiReader(bytes.NewReader(cut), iotest.ErrReader(io.ErrUnexpectedEOF)), &responseAssembler{})
@@ -448,7 +448,7 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 		t.Run(tc.fixture, func(t *testing.T) {
 			raw := compatFixture(t, tc.fixture)
 			pending, failure, err := holdBack(iotest.OneByteReader(bytes.NewReader(raw)))
-			if err != nil || failure != tc.failure {
+			if err != nil || failure.code != tc.failure {
 				t.Fatalf("failure %q (want %q) err %v", failure, tc.failure, err)
 			}
 			if !bytes.HasPrefix(raw, pending) {

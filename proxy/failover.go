@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -225,15 +226,51 @@ func htmlBody(h *fasthttp.ResponseHeader, body []byte) bool {
 	return len(t) > 0 && t[0] == '<'
 }
 
-// failedStreamVerdict classifies a stream that failed before any output.
+// failedStreamVerdict classifies a stream that failed before any output
+// by its code, as classify does an HTTP error: a refusal of what the
+// request asked marks no account (SPEC §4), nor does a plan without
+// Codex; anything unknown is the upstream's fault.
 func failedStreamVerdict(code string) verdict {
-	switch {
-	case code == codeForeignContent:
-		return verdictForeignContent
-	case containsAny(code, "usage_limit", "rate_limit", "insufficient_quota"):
+	if v, ok := streamFailures[code]; ok {
+		return v
+	}
+	if containsAny(code, "usage_limit", "rate_limit", "insufficient_quota") {
 		return verdictUsageLimit
 	}
-	return verdictServerError // server_is_overloaded, slow_down and the like
+	return verdictServerError // server_error, server_is_overloaded, slow_down and the like
+}
+
+// streamFailures are the failure codes whose verdict is not the
+// upstream's fault: the ChatGPT backend's, as Codex CLI reads them, and
+// those the Responses API documents for response.failed that name
+// something wrong with the request.
+var streamFailures = map[string]verdict{
+	codeForeignContent:        verdictForeignContent,
+	"usage_not_included":      verdictEntitlement,
+	"context_length_exceeded": verdictClientError,
+	"invalid_prompt":          verdictClientError,
+
+	"invalid_image": verdictClientError, "invalid_image_format": verdictClientError,
+	"invalid_base64_image": verdictClientError, "invalid_image_url": verdictClientError,
+	"image_too_large": verdictClientError, "image_too_small": verdictClientError,
+	"image_parse_error": verdictClientError, "image_content_policy_violation": verdictClientError,
+	"invalid_image_mode": verdictClientError, "image_file_too_large": verdictClientError,
+	"unsupported_image_media_type": verdictClientError, "empty_image_file": verdictClientError,
+	"failed_to_download_image": verdictClientError, "image_file_not_found": verdictClientError,
+}
+
+// errorBody is an error body in OpenAI's shape, as a failure carries it
+// to upstreamSpec; typ and message are left out when empty.
+func errorBody(typ, code, message string) []byte {
+	type errorObject struct {
+		Type    string `json:"type,omitempty"`
+		Code    string `json:"code"`
+		Message string `json:"message,omitempty"`
+	}
+	b, _ := json.Marshal(struct {
+		Error errorObject `json:"error"`
+	}{errorObject{typ, code, message}})
+	return b
 }
 
 func containsAny(s string, subs ...string) bool {

@@ -350,7 +350,7 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 	if !sseAnswer(resp) || resp.BodyStream() == nil {
 		return ans, nil
 	}
-	var fail string
+	var fail streamFailure
 	var err error
 	if asm := newAssembler(r, sh); asm != nil {
 		ans.assembled, fail, err = assemble(resp.BodyStream(), asm)
@@ -363,7 +363,12 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 			err, ans.ended = nil, true
 		}
 	}
-	if err == nil && fail == "" {
+	v := failedStreamVerdict(fail.code)
+	if err == nil && (fail.code == "" || v == verdictClientError && sh == formAsIs) {
+		// Success, or a stream that failed for what the request itself
+		// asked (an input over the context window): every account would
+		// fail it alike, so the client gets the stream as the upstream
+		// sent it, which is how its own client expects to learn it.
 		return ans, nil
 	}
 	releaseHeld(ans.pending)
@@ -372,13 +377,17 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 	if err != nil {
 		return nil, &failure{verdict: verdictNetworkError, status: 200, err: err}
 	}
-	v := failedStreamVerdict(fail)
-	if v == verdictForeignContent {
+	switch v {
+	case verdictForeignContent:
 		// Relayed as the 400 it stands for, should the retry fail too.
-		return nil, &failure{verdict: v, status: 400, body: []byte(`{"error":{"type":"invalid_request_error","code":"` + fail +
-			`","message":"The encrypted content could not be verified by this account."}}`)}
+		return nil, &failure{verdict: v, status: 400, body: errorBody("invalid_request_error", fail.code,
+			"The encrypted content could not be verified by this account.")}
+	case verdictClientError:
+		// A client that wants one object, or chat chunks, gets the 400
+		// the same refusal is over HTTP.
+		return nil, &failure{verdict: v, status: 400, body: errorBody("invalid_request_error", fail.code, fail.message)}
 	}
-	return nil, &failure{verdict: v, status: 200, body: []byte(`{"error":{"code":"` + fail + `"}}`)}
+	return nil, &failure{verdict: v, status: 200, body: errorBody("", fail.code, fail.message)}
 }
 
 // ending is how a request ended, for its usage record and log line.

@@ -213,8 +213,8 @@ func (rl *relay) onEvent(e event) {
 	if t := e.tokens(); t != nil {
 		rl.tokens = t
 	}
-	if f := e.failure(); f != "" {
-		rl.failure = f
+	if f := e.failure(); f.code != "" {
+		rl.failure = f.code
 	}
 	if rl.poolShown && !bootstrapEvents[e.typ] {
 		rl.poolShown = false

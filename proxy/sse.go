@@ -37,10 +37,14 @@ var bootstrapEvents = map[string]bool{
 	"codex.response.metadata": true, "response.metadata": true, "responsesapi.websocket_timing": true,
 }
 
-// failure is the error code of an event that ends the stream in failure
-// (response.failed, error), "" for any other. A failure with no code
-// still has one, so it is never mistaken for success.
-func (e event) failure() string {
+// streamFailure is how a stream said it failed: its code, never empty
+// for a failure, and the upstream's message.
+type streamFailure struct{ code, message string }
+
+// failure is how an event that ends the stream in failure (response.failed,
+// error) says it failed; its code is "" for any other event. A failure
+// with no code still has one, so it is never mistaken for success.
+func (e event) failure() streamFailure {
 	var code, msg gjson.Result
 	switch e.typ {
 	case "response.failed":
@@ -51,17 +55,19 @@ func (e event) failure() string {
 			code, msg = viewField(e.data, "code"), viewField(e.data, "message")
 		}
 	default:
-		return ""
+		return streamFailure{}
 	}
+	f := streamFailure{code.Str, msg.Str}
 	switch {
-	case code.Str != "":
-		return code.Str
-	case foreignContent("", msg.Str):
-		return codeForeignContent // the refusal of another account's blob, with code null
+	case f.code != "":
+	case foreignContent("", f.message):
+		f.code = codeForeignContent // the refusal of another account's blob, with code null
 	case e.typ == "error":
-		return "stream_error"
+		f.code = "stream_error"
+	default:
+		f.code = "response_failed"
 	}
-	return "response_failed"
+	return f
 }
 
 // final reports whether e is a stream's final event with the response.
