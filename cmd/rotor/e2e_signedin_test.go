@@ -274,12 +274,14 @@ func e2eSignedInRollouts(t *testing.T, codexHome string) []string {
 // answer comes from the pool's other account. Then `codex app-server`,
 // asked for the account's rate limits as the TUI's /status asks, gets the
 // pool's from rotor's wham/usage.
-func TestE2ECodexSignedIn(t *testing.T) {
+// newE2ESignedInWorld is a world for Codex signed in with ChatGPT: the
+// clients, the path of the codex binary, and a fake sign-in server that
+// both rotor and Codex refresh against.
+func newE2ESignedInWorld(t *testing.T) (w *e2eWorld, codex string, auth *oauthtest.Server) {
 	cache := e2eClients(t)
-	w := newE2EWorld(t)
+	w = newE2EWorld(t)
 	w.useClients(cache)
-	codex := filepath.Join(cache, "node_modules", ".bin", "codex")
-	auth := oauthtest.New()
+	auth = oauthtest.New()
 	if err := auth.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +289,11 @@ func TestE2ECodexSignedIn(t *testing.T) {
 	w.setenv("ROTOR_AUTH_BASE_URL", auth.URL())
 	// Codex refreshes its own login; should it, it stays on loopback.
 	w.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", auth.URL()+"/oauth/token")
+	return w, filepath.Join(cache, "node_modules", ".bin", "codex"), auth
+}
+
+func TestE2ECodexSignedIn(t *testing.T) {
+	w, codex, auth := newE2ESignedInWorld(t)
 
 	// Codex's own login (account 1), then another ChatGPT login imported
 	// from its own Codex home (account 2).
