@@ -363,12 +363,15 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 			err, ans.ended = nil, true
 		}
 	}
+	if err == nil && fail.code == "" {
+		return ans, nil
+	}
 	v := failedStreamVerdict(fail.code)
-	if err == nil && (fail.code == "" || v == verdictClientError && sh == formAsIs) {
-		// Success, or a stream that failed for what the request itself
-		// asked (an input over the context window): every account would
-		// fail it alike, so the client gets the stream as the upstream
-		// sent it, which is how its own client expects to learn it.
+	if err == nil && v == verdictClientError && sh == formAsIs {
+		// A stream that failed for what the request itself asked (an
+		// input over the context window): every account would fail it
+		// alike, so the client gets the stream as the upstream sent it,
+		// which is how its own client expects to learn it.
 		return ans, nil
 	}
 	releaseHeld(ans.pending)
