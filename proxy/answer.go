@@ -29,8 +29,9 @@ const maxHeldBack = 256 << 10
 
 // holdBack reads an SSE answer up to its first output event and returns
 // the bytes read, to be sent first. When the stream instead fails before
-// any output (response.failed, or an error event), it returns the
-// failure's code: the attempt is then a failure like an HTTP error.
+// any output (response.failed, or an error event), it returns how it
+// failed: the attempt is then judged like an HTTP error
+// (failedStreamVerdict).
 // pending is read into a pooled buffer; releaseHeld returns it once it
 // is sent, or will not be.
 func holdBack(stream io.Reader) (pending []byte, failed streamFailure, err error) {
