@@ -44,7 +44,8 @@ func peakRSS(t *testing.T, pid int) int64 {
 // inflates to 500 MB (SPEC §4 Limits), then a large body it forwards.
 // 248 MB peaked here once, for a 64 MiB cap.
 func TestServeMemoryAroundLargeBodiesStaysNearTheCap(t *testing.T) {
-	h := signalHome(t, upstreamtest.Behavior{})
+	// A model whose context window holds the 48 MiB body forwarded last.
+	h := signalHome(t, upstreamtest.Behavior{ContextWindow: 64 << 20})
 	p := raceServe(t, rotorBin, h.env, "serve")
 	addr := hostOf(p.url)
 	idleKeepAlive(t, p.url) // one request served: the baseline is a working serve
