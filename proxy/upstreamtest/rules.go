@@ -360,7 +360,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, b Behavior, rf *
 		fixtureMissing(w, err)
 	case stream != "":
 		// No stream faults: the refusal is the answer under test.
-		s.serveStream(w, r, Behavior{}, "sse/"+stream, model, fill, replacing(rf.repl))
+		s.serveStream(w, r, Behavior{}, "sse/"+stream, model, fill, replacing(rf.repl), nil)
 	default:
 		s.serveFixtureError(w, rf.status, fixture, fill, rf.repl...)
 	}

@@ -516,6 +516,17 @@ func (sk *socket) answer(ctx context.Context, m message) bool {
 		return sk.sendFixtureError(b.Status, cmp.Or(b.ErrorFixture, defaultErrorFixture(b.Status)), b.Headers, fill)
 	}
 	req := parseRequest(m.data)
+	// The meter, when the account has one: a usage limit is answered
+	// before the other rules, and every answer carries the meter's
+	// headers.
+	var mt *metering
+	if b.Meter != nil {
+		mt = s.meter(b.Meter, sk.owner, &req, time.Now())
+		b.Headers = mt.merged(b.Headers)
+		if mt.refused {
+			return sk.sendFixtureError(http.StatusTooManyRequests, mt.fixture, b.Headers, mt.fill, mt.repl...)
+		}
+	}
 	sc := scope{
 		owner:  sk.owner,
 		codex:  sk.path == chatgptPrefix+"/codex/responses",
@@ -527,7 +538,15 @@ func (sk *socket) answer(ctx context.Context, m message) bool {
 		return sk.refuse(ctx, b, rf, &req, fill)
 	}
 	if f.Generate != nil && !*f.Generate {
-		return sk.warmUp(req.Model)
+		return sk.warmUp(req.Model) // generates nothing: not metered
+	}
+	mt.charge()
+	if mt != nil {
+		for _, ev := range mt.events {
+			if !sk.write(opText, ev) {
+				return false
+			}
+		}
 	}
 	name, _ := b.answers(&req)
 	return sk.stream(ctx, b, "sse/"+name, req.Model, fill, s.minting(sk.owner, &req), true)

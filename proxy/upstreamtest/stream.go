@@ -165,8 +165,10 @@ func eventLimit(after, n int) int {
 
 // serveStream replays the SSE fixture name (a path under testdata), one
 // flushed write per event; edit, when not nil, rewrites each event's data
-// (minting encrypted_content, naming a refused blob).
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler, edit eventEdit) {
+// (minting encrypted_content, naming a refused blob). lead, when not nil,
+// is sent first, in the same write as the headers: events the backend puts
+// at the head of every stream (the meter's codex.rate_limits).
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior, name, model string, fill filler, edit eventEdit, lead []byte) {
 	fx, err := s.fixtures.stream(name)
 	if err != nil {
 		fixtureMissing(w, err)
@@ -183,6 +185,11 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, b Behavior,
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
+	if len(lead) > 0 {
+		if _, err := w.Write(lead); err != nil {
+			return
+		}
+	}
 	for i := 0; ; i++ {
 		if i == resetAt {
 			abortConn(rc)

@@ -309,6 +309,12 @@ type Behavior struct {
 	// request's input. A Responses request over it is refused as the real
 	// upstreams refuse it (see "The backend's own rules").
 	ContextWindow int
+	// Meter, when set, meters the account's Responses requests as the
+	// backend does: limit families, credits, workspaces (see "The meter"
+	// in the package doc). It is the meter's state at the start; the live
+	// state is kept per account, and read with Metered. Its headers win
+	// over Headers for the names it sets.
+	Meter *Meter
 }
 
 func (b Behavior) contextWindow() int { return cmp.Or(b.ContextWindow, defaultContextWindow) }
@@ -344,8 +350,11 @@ type Server struct {
 	ring      []Recorded // last maxRecorded requests, oldest at ring[head] once full
 	head      int
 	counts    map[string]int
-	turns     map[string]int // Responses requests by token, for LimitAfter
-	cache     promptCache    // Behavior.PromptCache's runs, by account
+	turns     map[string]int         // Responses requests by token, for LimitAfter
+	cache     promptCache            // Behavior.PromptCache's runs, by account
+	meters    map[string]*liveMeter  // Behavior.Meter's live state, by account (identity)
+	meterSrcs map[string]meterSource // the *Meter each token was Set with
+	defMeter  meterSource            // SetDefault's
 	srv       *http.Server
 	ln        net.Listener
 	scheme    string         // "http", or "https" once StartTLS served
@@ -379,6 +388,7 @@ func New(testdataDir string) *Server {
 		behaviors: make(map[string]Behavior),
 		counts:    make(map[string]int),
 		turns:     make(map[string]int),
+		meterSrcs: make(map[string]meterSource),
 		fixtures:  fixtureCache{dir: testdataDir},
 		done:      make(chan struct{}),
 	}
@@ -526,6 +536,7 @@ func (s *Server) OpenAIBase() string { return s.URL() + openaiPrefix }
 func (s *Server) Set(token string, b Behavior) {
 	b.Headers = maps.Clone(b.Headers)
 	s.mu.Lock()
+	s.meterSrcs[token] = adoptMeter(s.meterSrcs[token], &b)
 	s.behaviors[token] = b
 	s.mu.Unlock()
 }
@@ -535,6 +546,7 @@ func (s *Server) Set(token string, b Behavior) {
 func (s *Server) SetDefault(b Behavior) {
 	b.Headers = maps.Clone(b.Headers)
 	s.mu.Lock()
+	s.defMeter = adoptMeter(s.defMeter, &b)
 	s.def = b
 	s.mu.Unlock()
 }
@@ -659,6 +671,8 @@ type requestBody struct {
 		Role string `json:"role"`
 	} `json:"messages"`
 	Input json.RawMessage `json:"input"`
+	// ServiceTier is "priority" (Codex's Fast), "flex", or "" (the meter).
+	ServiceTier string `json:"service_tier"`
 	// raw is the whole body (PromptCache reads its turns).
 	raw []byte
 
@@ -760,6 +774,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(k, fill.string(v))
 	}
 	if isSocketRequest(r) {
+		if b.Meter != nil {
+			for k, v := range s.meterHeaders(b.Meter, identity(r.Header, token), time.Now()) {
+				w.Header().Set(k, v)
+			}
+		}
 		s.serveSocket(w, r, token, b, fill)
 		return
 	}
@@ -767,7 +786,19 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.serveError(w, b, fill)
 		return
 	}
-	s.route(w, r, b, parseRequest(body), fill)
+	req := parseRequest(body)
+	var m *metering
+	if b.Meter != nil && isResponsesPost(r) {
+		m = s.meter(b.Meter, identity(r.Header, token), &req, time.Now())
+		for k, v := range m.headers {
+			w.Header().Set(k, v)
+		}
+		if m.refused {
+			s.serveFixtureError(w, http.StatusTooManyRequests, m.fixture, m.fill, m.repl...)
+			return
+		}
+	}
+	s.route(w, r, b, req, fill, m)
 }
 
 // limitReached is the Behavior after LimitAfter: a usage limit.
@@ -797,7 +828,11 @@ func (s *Server) receive(r *http.Request) (body []byte, token string) {
 // route answers a request whose behaviour is success, by method and path,
 // as the real upstreams would; an unknown path gets the 404 of the
 // upstream it falls under.
-func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req requestBody, fill filler) {
+//
+// m is the request's metering when its account has a Meter (nil
+// otherwise): a Responses request that passes the rules is charged, and
+// its stream led by m's codex.rate_limits events.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req requestBody, fill filler, m *metering) {
 	streamName, chatName := b.answers(&req)
 	path := r.URL.Path
 	owner := identity(r.Header, bearer(r.Header.Get("Authorization")))
@@ -817,15 +852,17 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 			s.refuse(w, r, b, rf, req.Model, true, fill)
 			return
 		}
-		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, chain(s.minting(owner, &req), s.caching(b, owner, &req)))
+		m.charge()
+		s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, chain(s.minting(owner, &req), s.caching(b, owner, &req)), m.sse())
 	case r.Method == http.MethodPost && path == openaiPrefix+"/responses":
 		if rf := s.check(&req, scope{owner: owner, lite: lite, window: b.contextWindow()}); rf != nil {
 			s.refuse(w, r, b, rf, req.Model, req.streaming(), fill)
 			return
 		}
+		m.charge()
 		edit := chain(s.minting(owner, &req), s.caching(b, owner, &req))
 		if req.streaming() {
-			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, edit)
+			s.serveStream(w, r, b, "sse/"+streamName, req.Model, fill, edit, m.sse())
 		} else {
 			s.serveAssembled(w, r, b, streamName, req.Model, fill, edit)
 		}
@@ -839,6 +876,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 		}
 		writeJSON(w, http.StatusOK, compactBody(time.Now(), s.Mint(owner)))
 	case r.Method == http.MethodGet && path == chatgptPrefix+"/wham/usage":
+		if b.Meter != nil {
+			writeJSON(w, http.StatusOK, s.meterUsageBody(b, owner, time.Now()))
+			return
+		}
 		writeJSON(w, http.StatusOK, usageBody(b, fill))
 	case r.Method == http.MethodGet && path == chatgptPrefix+"/codex/models":
 		w.Header().Set("ETag", codexModelsETag)
@@ -867,9 +908,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, b Behavior, r
 	base := strings.TrimSuffix(name, ".sse")
 	switch {
 	case req.streaming() && req.StreamOptions.IncludeUsage:
-		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill, edit)
+		s.serveStream(w, r, b, "chat/"+base+"_usage.sse", req.Model, fill, edit, nil)
 	case req.streaming():
-		s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill, nil)
+		s.serveStream(w, r, b, "chat/"+base+".sse", req.Model, fill, nil, nil)
 	default:
 		s.serveChatCompletion(w, r, b, "chat/"+base, req.Model, fill)
 	}
