@@ -98,6 +98,78 @@
 // refusal is the status and body above; on a socket it is an error frame
 // carrying the body's error object (the detail string as its message).
 //
+// # The meter
+//
+// The backend meters an account's Responses requests in limit families,
+// spends credits past a full window, and budgets workspaces instead of
+// windows (SPEC §17). Behavior.Meter opts an account in; its live meter
+// is kept per account (named as by the rules above) and read with
+// Metered. A Set with another *Meter starts it again from that Meter; a
+// Set with the same one keeps it. Every Responses request (POST
+// .../responses under either prefix, or a response.create frame) of a
+// metered account goes through it after Behavior.Status (and LimitAfter)
+// and before the backend's other rules:
+//
+//   - The family. The one whose LimitName is the request's "model", else
+//     the main family, id "codex". A Meter without Families (and not
+//     Workspace) has one: codex, with an unused 300-minute primary and
+//     10080-minute secondary window.
+//   - A window of that family at 100% and not reset: with credits
+//     (Credits.Unlimited, or a Balance above 0) the request is served on
+//     credits and Cost (default 0.50) is spent (never below 0, never when
+//     unlimited); without, it is the usage limit: 429
+//     errors/usage_limit_429.json, its resets_at that window's reset (the
+//     one resetting last), plan_type the Meter's; on a socket, the error
+//     frame carrying it. Other families keep serving.
+//   - Otherwise the request is served and Step (default 10; twice that
+//     for "service_tier":"priority", Fast) is added to each window of its
+//     family, up to 100.
+//   - A window whose reset time passed starts again at 0, resetting
+//     Minutes later.
+//   - ReachedType (workspace_owner_credits_depleted,
+//     workspace_member_credits_depleted,
+//     workspace_owner_usage_limit_reached,
+//     workspace_member_usage_limit_reached) refuses every request: 429
+//     errors/workspace_usage_limit_429.json, usage_limit_reached with
+//     rate_limit_reached_type and no resets_at, and the header
+//     x-codex-rate-limit-reached-type. Only a Set that clears it lifts it.
+//   - Only a request that passes the other rules, and is not a
+//     "generate":false warm-up, is charged.
+//
+// Every answer to a metered Responses request (served, limited or refused
+// by a rule), and a socket's 101, carries the meter as it stood before
+// the request was charged, over Behavior.Headers: for each family id, the
+// prefix x-<id with "_" as "-">- (x-codex-, x-codex-bengalfox-) with
+// primary-used-percent, primary-window-minutes, primary-reset-at (unix
+// seconds), primary-reset-after-seconds and the same for secondary (a
+// window the family lacks is left out), and limit-name for a family other
+// than codex; x-codex-active-limit, the family metering the request
+// (codex on a 101); x-codex-credits-has-credits and
+// x-codex-credits-unlimited ("true"/"false"), x-codex-credits-balance
+// ("12.50", only when the account holds Credits); x-codex-plan-type (Plan,
+// default "plus", "business" for a Workspace). A served request's
+// answer starts with one codex.rate_limits event per family
+// ({"type":"codex.rate_limits","plan_type":..,"rate_limits":{"allowed":..,
+// "limit_reached":..,"primary":{"used_percent":..,"window_minutes":..,
+// "reset_after_seconds":..,"reset_at":..},"secondary":{..}},"credits":
+// {"has_credits":..,"unlimited":..,"balance":"12.50" or null}}, with
+// "metered_limit_name":id for a family other than codex): before the
+// fixture's events in an HTTP stream, as frames of their own on a socket.
+// A family's limit_reached says a window is full; allowed, that it still
+// serves (not full, or on credits).
+//
+// GET {base}/wham/usage answers a metered account from its live meter:
+// {"plan_type":..,"rate_limit":{"allowed":..,"limit_reached":..,
+// "primary_window":{"used_percent":int,"limit_window_seconds":..,
+// "reset_after_seconds":..,"reset_at":..},"secondary_window":{..}},
+// "additional_rate_limits":[{"limit_name":..,"metered_feature":id,
+// "rate_limit":{..}}],"credits":{..},"rate_limit_reset_credits":
+// {"available_count":ResetCredits}}, with "rate_limit_reached_type":
+// {"type":"rate_limit_reached"} while the main family is limited without
+// credits, or {"type":ReachedType}. A Workspace account has no windows:
+// "rate_limit":null, no window headers, one codex.rate_limits event with
+// null windows, and "spend_control":{"reached":..} in wham/usage.
+//
 // Every wait inside the fake (event delays, stalls, hung or delayed headers)
 // selects on the request's context and on Close, so a client that goes away
 // always ends the upstream request and no goroutine outlives the server. A
