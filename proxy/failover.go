@@ -106,7 +106,7 @@ var failover = [verdictCount]rule{
 // is judged when its answer ends (relay), not here.
 func (s *Server) chargeAccount(r *rule, ch *rotation.Choice, f *failure) {
 	if r.account != rotation.Served {
-		s.runtime().Record(ch.Account.ID, r.account, f.status, f.resetAt)
+		s.runtime().Record(ch.Account.ID, r.account, f.status, f.limit)
 	}
 	if r.flag != "" {
 		s.flag(ch.Account.ID, r.flag, r.disable)

@@ -35,7 +35,7 @@ func (s *Server) serve(w responder, r *request) {
 // committed or the request is refused.
 func (s *Server) forward(w responder, r *request) {
 	sel := s.deps.Selector
-	pick := rotation.Request{AffinityKey: r.affinityKey}
+	pick := rotation.Request{AffinityKey: r.affinityKey, Model: r.model}
 	r.codexCatalog = r.op == opModels && r.codexClient && slices.ContainsFunc(sel.Pool().Accounts,
 		func(a accounts.Account) bool {
 			_, flagged := a.Flagged()
@@ -98,7 +98,7 @@ func (s *Server) watchedAttempt(w responder, r *request, ch *rotation.Choice) (*
 	if !left || ans == nil {
 		return ans, f
 	}
-	s.runtime().Record(ch.Account.ID, rotation.Answered, ans.resp.StatusCode(), time.Time{})
+	s.runtime().Record(ch.Account.ID, rotation.Answered, ans.resp.StatusCode(), rotation.Limit{})
 	releaseHeld(ans.pending)
 	closeStream(ans.resp, errClientGone)
 	fasthttp.ReleaseResponse(ans.resp)
@@ -134,6 +134,17 @@ func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *fai
 	row := &failover[f.verdict]
 	gone := w.gone()
 	if !gone {
+		if f.verdict == verdictUsageLimit && f.limit.Family == "" {
+			// The answer did not name the family that metered it: the one
+			// that meters the request's model, as the account's quota
+			// (this answer's included) names them, else the main one.
+			f.limit.Family = rotation.MainFamily
+			if st := s.runtime().Snapshot(ch.Account.ID); st.Quota != nil {
+				if fam := st.Quota.FamilyFor(r.model); fam != nil {
+					f.limit.Family = fam.ID
+				}
+			}
+		}
 		s.chargeAccount(row, ch, f)
 	}
 	if f.verdict == verdictUnreachable {
@@ -177,8 +188,8 @@ type failure struct {
 	verdict    verdict
 	status     int
 	err        error
-	body       []byte // a non-2xx answer's first errBodyMax bytes, redacted
-	resetAt    time.Time
+	body       []byte         // a non-2xx answer's first errBodyMax bytes, redacted
+	limit      rotation.Limit // a usage limit's end, family and reason
 	upstreamID string
 	endpoint   string // where the attempt went, scheme://host:port
 	message    string // outBadRequest: why rotor could not make the upstream's body
@@ -320,7 +331,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 		body: redact(readErrorBody(resp), sec)}
 	f.verdict = classify(status, &resp.Header, f.body)
 	if f.verdict == verdictUsageLimit {
-		f.resetAt = resetTime(now, &resp.Header, f.body)
+		f.limit = limitOf(now, &resp.Header, f.body)
 	}
 	fasthttp.ReleaseResponse(resp)
 	return nil, f
@@ -428,9 +439,19 @@ func (s *Server) finish(r *request, e ending) {
 		id = r.attempted[n-1]
 	}
 	if r.counted && s.deps.Usage != nil {
-		s.deps.Usage.Append(usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
+		rec := usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
 			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
-			Affinity: affinityOf(r, e.choice), Context: contextOf(r)})
+			Affinity: affinityOf(r, e.choice), Context: contextOf(r), Tier: r.tier}
+		if ch := e.choice; ch != nil {
+			if ch.Family != rotation.MainFamily {
+				rec.Limit = ch.Family
+			}
+			// The account's meter as the answer left it (its headers or
+			// codex.rate_limits events): a full window with credits held
+			// means the backend spent them on this request (SPEC §17).
+			rec.Credits = e.status < 300 && s.runtime().OnCredits(id, ch.Family)
+		}
+		s.deps.Usage.Append(rec)
 	}
 	s.metrics.finished(r, &e, id, index, dur)
 	s.costs.count(r.model, e.tokens, e.choice, id, index)

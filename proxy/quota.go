@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
+	"cmp"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -11,16 +14,45 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// parseQuota reads the x-codex-primary-* / x-codex-secondary-* headers and
-// x-codex-plan-type (SPEC §5); nil when the answer carries none.
+// parseQuota reads what an answer's headers say of the account's meter
+// (SPEC §5, §17): the main windows (x-codex-primary-* / -secondary-*),
+// every other limit family (x-<id>-primary-used-percent ... with
+// x-<id>-limit-name), the credits (x-codex-credits-*) and the plan; nil
+// when the answer carries none of it.
 func parseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
 	p := parseWindow(now, h, &primaryHeaders)
 	sec := parseWindow(now, h, &secondaryHeaders)
 	plan := string(h.Peek("x-codex-plan-type"))
-	if p == nil && sec == nil && plan == "" {
+	credits := parseCredits(h)
+	var fams []rotation.Family
+	for k := range h.All() {
+		if id, ok := familyHeader(k); ok && len(fams) < maxHeaderFamilies {
+			if f := parseFamily(now, h, id); f != nil {
+				fams = append(fams, *f)
+			}
+		}
+	}
+	if p == nil && sec == nil && plan == "" && credits == nil && fams == nil {
 		return nil
 	}
-	return &rotation.Quota{Primary: p, Secondary: sec, PlanType: plan, ObservedAt: now}
+	return &rotation.Quota{Primary: p, Secondary: sec, PlanType: plan, ObservedAt: now, Credits: credits, Families: fams}
+}
+
+// maxHeaderFamilies bounds the families read from one answer.
+const maxHeaderFamilies = 16
+
+// familyHeader reports whether the header k is a limit family's
+// x-<id>-primary-used-percent other than the main one's, and its prefix
+// in lower case. It allocates only for such a header: it sees every
+// header of every answer.
+func familyHeader(k []byte) (prefix string, ok bool) {
+	const suffix = "-primary-used-percent"
+	n := len(k) - len(suffix)
+	if n <= 2 || !bytes.EqualFold(k[n:], []byte(suffix)) || !bytes.EqualFold(k[:2], []byte("x-")) ||
+		bytes.EqualFold(k[:n], []byte("x-codex")) {
+		return "", false
+	}
+	return strings.ToLower(string(k[:n])), true
 }
 
 // windowHeaders names the headers of one quota window.
@@ -52,31 +84,111 @@ func parseWindow(now time.Time, h *fasthttp.ResponseHeader, names *windowHeaders
 	return w
 }
 
-// quotaFromEvent reads a codex.rate_limits SSE event's data.
-func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
-	rl := gjson.GetBytes(data, "rate_limits")
-	if !rl.Exists() {
+// parseFamily reads the family whose headers start with prefix.
+func parseFamily(now time.Time, h *fasthttp.ResponseHeader, prefix string) *rotation.Family {
+	names := func(slot string) *windowHeaders {
+		return &windowHeaders{prefix + "-" + slot + "-used-percent", prefix + "-" + slot + "-window-minutes",
+			prefix + "-" + slot + "-reset-at", prefix + "-" + slot + "-reset-after-seconds"}
+	}
+	f := &rotation.Family{ID: rotation.NormalizeFamily(prefix[2:]), LimitName: strings.TrimSpace(string(h.Peek(prefix + "-limit-name"))),
+		Primary: parseWindow(now, h, names("primary")), Secondary: parseWindow(now, h, names("secondary"))}
+	if f.Primary == nil && f.Secondary == nil {
 		return nil
 	}
-	q := &rotation.Quota{PlanType: gjson.GetBytes(data, "plan_type").String(), ObservedAt: now}
-	for _, k := range []string{"primary", "secondary"} {
-		w := rl.Get(k)
-		if !w.IsObject() {
-			continue
-		}
-		win := &rotation.Window{UsedPercent: w.Get("used_percent").Float(), WindowMinutes: int(w.Get("window_minutes").Int())}
-		if at := w.Get("reset_at").Int(); at > 0 {
-			win.ResetsAt = time.Unix(at, 0)
-		} else if after := w.Get("reset_after_seconds").Float(); after > 0 {
-			win.ResetsAt = afterUnits(now, after, time.Second)
-		}
-		if k == "primary" {
-			q.Primary = win
-		} else {
-			q.Secondary = win
+	return f
+}
+
+// parseCredits reads the x-codex-credits-* headers, as Codex does: both
+// booleans must be there ("true"/"false"/"1"/"0"), else nil.
+func parseCredits(h *fasthttp.ResponseHeader) *rotation.Credits {
+	has, ok1 := parseBool(h.Peek("x-codex-credits-has-credits"))
+	unlimited, ok2 := parseBool(h.Peek("x-codex-credits-unlimited"))
+	if !ok1 || !ok2 {
+		return nil
+	}
+	return &rotation.Credits{HasCredits: has, Unlimited: unlimited, Balance: strings.TrimSpace(string(h.Peek("x-codex-credits-balance")))}
+}
+
+func parseBool(v []byte) (value, ok bool) {
+	switch {
+	case bytes.EqualFold(v, []byte("true")), string(v) == "1":
+		return true, true
+	case bytes.EqualFold(v, []byte("false")), string(v) == "0":
+		return false, true
+	}
+	return false, false
+}
+
+// limitOf reads a usage limit's answer: when it ends (resetTime), the
+// family that metered the request (x-codex-active-limit; "" when the
+// answer does not say), and the backend's reached type.
+func limitOf(now time.Time, h *fasthttp.ResponseHeader, body []byte) rotation.Limit {
+	l := rotation.Limit{Until: resetTime(now, h, body), Reason: reachedType(h, body)}
+	if v := strings.TrimSpace(string(h.Peek("x-codex-active-limit"))); v != "" {
+		l.Family = rotation.NormalizeFamily(v)
+	}
+	return l
+}
+
+// reachedType is the backend's rate-limit reached type of an answer: its
+// x-codex-rate-limit-reached-type header, else its body's.
+func reachedType(h *fasthttp.ResponseHeader, body []byte) string {
+	if v := strings.TrimSpace(string(h.Peek("x-codex-rate-limit-reached-type"))); v != "" {
+		return v
+	}
+	for _, path := range []string{"error.rate_limit_reached_type.type", "rate_limit_reached_type.type", "error.rate_limit_reached_type"} {
+		if v := gjson.GetBytes(body, path); v.Type == gjson.String && v.Str != "" {
+			return v.Str
 		}
 	}
+	return ""
+}
+
+// quotaFromEvent reads a codex.rate_limits SSE event's data: its windows
+// are the main family's, or those of the family its metered_limit_name
+// (or limit_name) names; its credits the account's.
+func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
+	rl := gjson.GetBytes(data, "rate_limits")
+	credits := eventCredits(gjson.GetBytes(data, "credits"))
+	if !rl.Exists() && credits == nil {
+		return nil
+	}
+	q := &rotation.Quota{PlanType: gjson.GetBytes(data, "plan_type").String(), ObservedAt: now, Credits: credits}
+	p, sec := eventWindowOf(now, rl.Get("primary")), eventWindowOf(now, rl.Get("secondary"))
+	id := rotation.NormalizeFamily(cmp.Or(gjson.GetBytes(data, "metered_limit_name").Str, gjson.GetBytes(data, "limit_name").Str))
+	if id == rotation.MainFamily {
+		q.Primary, q.Secondary = p, sec
+	} else if p != nil || sec != nil {
+		q.Families = []rotation.Family{{ID: id, Primary: p, Secondary: sec}}
+	}
 	return q
+}
+
+// eventWindowOf reads one window of a codex.rate_limits event.
+func eventWindowOf(now time.Time, w gjson.Result) *rotation.Window {
+	if !w.IsObject() {
+		return nil
+	}
+	win := &rotation.Window{UsedPercent: w.Get("used_percent").Float(), WindowMinutes: int(w.Get("window_minutes").Int())}
+	if at := w.Get("reset_at").Int(); at > 0 {
+		win.ResetsAt = time.Unix(at, 0)
+	} else if after := w.Get("reset_after_seconds").Float(); after > 0 {
+		win.ResetsAt = afterUnits(now, after, time.Second)
+	}
+	return win
+}
+
+// eventCredits reads a credits object (an event's, a usage read's); nil
+// when c is not one.
+func eventCredits(c gjson.Result) *rotation.Credits {
+	if !c.IsObject() || !c.Get("has_credits").Exists() {
+		return nil
+	}
+	out := &rotation.Credits{HasCredits: c.Get("has_credits").Bool(), Unlimited: c.Get("unlimited").Bool()}
+	if b := c.Get("balance"); b.Type == gjson.String || b.Type == gjson.Number {
+		out.Balance = strings.TrimSpace(b.String())
+	}
+	return out
 }
 
 // setQuotaHeaders writes q back as the x-codex-* headers parseQuota reads,

@@ -64,7 +64,7 @@ func pinnedSpec(ref *rotation.Refusal, skips map[string]string) rerr.Spec {
 		resetAt = ref.ResetAt.UTC().Format(time.RFC3339)
 	}
 	cat := ""
-	if ref.PinReason == rotation.SkipRateLimited {
+	if ref.PinReason == rotation.SkipRateLimited || ref.PinReason == rotation.SkipCreditsHeldBack {
 		cat = rerr.CategoryRateLimit
 	}
 	return rerr.Spec{Code: rerr.PinnedUnavailable, Category: cat,
@@ -131,7 +131,7 @@ func (s *Server) onlyLimitsLeft(r *request, ref *rotation.Refusal) bool {
 	limited := false
 	for i, why := range ref.SkipReasons {
 		switch why {
-		case rotation.SkipRateLimited:
+		case rotation.SkipRateLimited, rotation.SkipCreditsHeldBack:
 			limited = true
 		case rotation.SkipDisabled, rotation.SkipFlagged:
 		case rotation.SkipAlreadyAttempted:
@@ -169,6 +169,21 @@ func rateLimited(spec *rerr.Spec, ref *rotation.Refusal, now time.Time, untried 
 		spec.Status = 429
 		headers = func(h HeaderSetter) { setQuotaHeaders(h, now, ref.SoonestQuota) }
 		spec.Message = fmt.Sprintf("every account has reached its usage limit; the first one resets at %s", ref.ResetAt.UTC().Format(time.RFC3339))
+		if ref.Family != "" && ref.Family != rotation.MainFamily {
+			spec.Message = fmt.Sprintf("every account has reached its usage limit for this model (limit %s); the first one resets at %s",
+				ref.Family, ref.ResetAt.UTC().Format(time.RFC3339))
+			spec.Extra = append(spec.Extra, rerr.Field{Key: "limit", Value: ref.Family})
+		}
+		if rotation.WorkspaceLimit(ref.LimitReason) {
+			spec.Message += fmt.Sprintf(" (%s: only the workspace's owner can lift it; rotor reads the account's usage every few minutes and serves again once it is lifted)", ref.LimitReason)
+		}
+		if ref.LimitReason != "" {
+			spec.Extra = append(spec.Extra, rerr.Field{Key: "rate_limit_reached_type", Value: ref.LimitReason})
+		}
+		if ref.CreditsHeldBack {
+			spec.Message += "; accounts that hold credits were held back (rotor serve --credits never)"
+			spec.Extra = append(spec.Extra, rerr.Field{Key: "credits_held_back", Value: true})
+		}
 	} else {
 		spec.Message = "the accounts tried have reached their usage limit; try again, or run \"rotor rotation status\""
 	}

@@ -271,7 +271,7 @@ func (rl *relay) CloseWithError(wErr error) error {
 	e := ending{status: rl.status, choice: &rl.choice, ttfb: rl.ttfb}
 	switch {
 	case complete:
-		rt.Record(acct, rotation.Served, rl.status, time.Time{})
+		rt.Record(acct, rotation.Served, rl.status, rotation.Limit{})
 		if rl.isJSON {
 			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
 			s.mints.learnOutput(rl.json, acct)
@@ -284,16 +284,16 @@ func (rl *relay) CloseWithError(wErr error) error {
 		}
 	case rl.err == errPanicked:
 		// rotor's own bug cut the answer: the account did nothing wrong.
-		rt.Record(acct, rotation.Answered, rl.status, time.Time{})
+		rt.Record(acct, rotation.Answered, rl.status, rotation.Limit{})
 		e.code = rerr.ProxyError
 	case rl.err != nil:
 		// The upstream broke or stalled mid-stream: its fault, and too late
 		// to fail over.
-		rt.Record(acct, rotation.NetworkFault, rl.status, time.Time{})
+		rt.Record(acct, rotation.NetworkFault, rl.status, rotation.Limit{})
 		e.code, e.err = "stream_interrupted", rl.err
 	default:
 		// The client left; the account did nothing wrong.
-		rt.Record(acct, rotation.Answered, rl.status, time.Time{})
+		rt.Record(acct, rotation.Answered, rl.status, rotation.Limit{})
 		e.status, e.code = statusClientClosed, codeClientClosed
 	}
 	if rl.failure != "" {

@@ -46,6 +46,7 @@ type request struct {
 	// could answer it, so no API key is asked (apiKeyAdapter.refuses).
 	codexCatalog bool
 	model        string
+	tier         string // the service_tier asked for, "" for none
 	affinityKey  string
 	// fallbackAffinity is the conversation of a request that names none:
 	// a socket's requests stay together (socket.create).
@@ -182,9 +183,11 @@ func (r *request) read(maxBody int) *rerr.Spec {
 		}
 		r.model = r.chat.Model
 		f.promptCacheKey = r.chat.PromptCacheKey // read by chat.Parse's own pass
+		r.tier = strings.Clone(readFields(r.body, r.scan.members).tier)
 	default:
 		f = readFields(r.body, r.scan.members)
 		r.model = strings.Clone(f.model) // outlives the pooled body in logs
+		r.tier = strings.Clone(f.tier)
 	}
 	r.affinityKey = cmp.Or(affinityKey(r.header, f), r.fallbackAffinity)
 	if r.affinityKey == "" {
@@ -298,6 +301,9 @@ func (r *request) inputArray() []byte {
 // itself reads. They are views into the body: valid only while it is.
 type bodyFields struct {
 	model, promptCacheKey, previousResponseID string
+	// tier is the service_tier asked for (SPEC §17), kept in the usage
+	// record so the report shows how much went to Fast.
+	tier string
 }
 
 // readFields reads bodyFields from a body's top-level members. Of
@@ -313,6 +319,8 @@ func readFields(body []byte, ms []member) bodyFields {
 			dst = &f.promptCacheKey
 		case "previous_response_id":
 			dst = &f.previousResponseID
+		case "service_tier":
+			dst = &f.tier
 		}
 		if dst != nil && *dst == "" {
 			*dst, _ = m.str(body)

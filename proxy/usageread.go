@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"hash/fnv"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -125,10 +128,22 @@ func usageDue(id string, st *rotation.AccountState, now time.Time) bool {
 	if passed(st.RateLimitedUntil) {
 		return true
 	}
+	for _, until := range st.FamilyLimits {
+		if passed(until) {
+			return true
+		}
+	}
 	if q := st.Quota; q != nil {
 		for _, w := range []*rotation.Window{q.Primary, q.Secondary} {
 			if w != nil && passed(w.ResetsAt) {
 				return true
+			}
+		}
+		for _, f := range q.Families {
+			for _, w := range []*rotation.Window{f.Primary, f.Secondary} {
+				if w != nil && passed(w.ResetsAt) {
+					return true
+				}
 			}
 		}
 	}
@@ -158,15 +173,21 @@ func (s *Server) readUsage(ctx context.Context, ur *usageReader, a *accounts.Acc
 	delete(ur.backoff, a.ID)
 	rt := s.runtime()
 	rt.UsageRead(a.ID)
-	q, allowed := usageQuota(body, now)
+	q, allowed, lifted := usageQuota(body, now)
 	if q == nil {
 		return
 	}
 	rt.SetQuota(a.ID, *q)
-	if st := rt.Snapshot(a.ID); allowed && st.RateLimitedUntil.After(now) {
+	st := rt.Snapshot(a.ID)
+	if allowed && st.RateLimitedUntil.After(now) {
 		rt.LiftRateLimit(a.ID)
-		s.deps.Log.Info().Str("account_id", a.ID).Time("was_until", st.RateLimitedUntil).
+		s.deps.Log.Info().Str("account_id", a.ID).Time("was_until", st.RateLimitedUntil).Str("reason", st.LimitReason).
 			Msg("the account's usage limit was lifted early")
+	}
+	lifted = slices.DeleteFunc(lifted, func(id string) bool { return !st.FamilyLimits[id].After(now) })
+	if len(lifted) > 0 {
+		rt.LiftFamilyLimits(a.ID, lifted...)
+		s.deps.Log.Info().Str("account_id", a.ID).Strs("limits", lifted).Msg("the account's model limits were lifted early")
 	}
 }
 
@@ -207,32 +228,66 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 	return readBodyUpTo(resp, errBodyMax), status, nil
 }
 
-// usageQuota reads the backend's usage payload as a quota at now; allowed
-// says whether the backend would serve the account now.
-func usageQuota(body []byte, now time.Time) (q *rotation.Quota, allowed bool) {
-	rl := gjson.GetBytes(body, "rate_limit")
-	if !rl.IsObject() {
-		return nil, false
+// usageQuota reads the backend's usage payload as a quota at now, all of
+// it (SPEC §15, §17): the main windows (none for a workspace, whose
+// rate_limit is null), every additional family, credits, reset credits.
+// allowed says whether the backend would serve the main family now, and
+// lifted names the families it would serve again.
+func usageQuota(body []byte, now time.Time) (q *rotation.Quota, allowed bool, lifted []string) {
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, false, nil
 	}
-	q = &rotation.Quota{PlanType: gjson.GetBytes(body, "plan_type").Str, ObservedAt: now}
-	win := func(w gjson.Result) *rotation.Window {
-		if !w.IsObject() {
-			return nil
-		}
-		out := &rotation.Window{UsedPercent: w.Get("used_percent").Float(), WindowMinutes: int(w.Get("limit_window_seconds").Int() / 60)}
-		if at := w.Get("reset_at").Int(); at > 0 {
-			out.ResetsAt = time.Unix(at, 0)
-		} else if after := w.Get("reset_after_seconds").Int(); after > 0 {
-			out.ResetsAt = afterUnits(now, float64(after), time.Second)
-		}
-		return out
+	rl := root.Get("rate_limit")
+	q = &rotation.Quota{PlanType: root.Get("plan_type").Str, ObservedAt: now, Whole: true,
+		Credits: eventCredits(root.Get("credits"))}
+	reached := root.Get("rate_limit_reached_type.type").Str
+	switch {
+	case rl.IsObject():
+		q.Primary, q.Secondary = usageWindow(now, rl.Get("primary_window")), usageWindow(now, rl.Get("secondary_window"))
+		allowed = rl.Get("allowed").Bool() && !rl.Get("limit_reached").Bool()
+	case rl.Exists() && rl.Type == gjson.Null:
+		q.Workspace = true // no windows: the workspace budgets instead
+		allowed = true
+	default:
+		return nil, false, nil
 	}
-	q.Primary, q.Secondary = win(rl.Get("primary_window")), win(rl.Get("secondary_window"))
-	if c := gjson.GetBytes(body, "rate_limit_reset_credits.available_count"); c.Exists() {
-		n := int(c.Int())
+	if reached != "" && rotation.WorkspaceLimit(reached) {
+		allowed = false
+	}
+	root.Get("additional_rate_limits").ForEach(func(_, v gjson.Result) bool {
+		id := cmp.Or(v.Get("metered_feature").Str, v.Get("limit_name").Str)
+		frl := v.Get("rate_limit")
+		if id == "" || !frl.IsObject() || len(q.Families) >= maxHeaderFamilies {
+			return true
+		}
+		f := rotation.Family{ID: rotation.NormalizeFamily(id), LimitName: v.Get("limit_name").Str,
+			Primary: usageWindow(now, frl.Get("primary_window")), Secondary: usageWindow(now, frl.Get("secondary_window"))}
+		q.Families = append(q.Families, f)
+		if frl.Get("allowed").Bool() && !frl.Get("limit_reached").Bool() {
+			lifted = append(lifted, f.ID)
+		}
+		return true
+	})
+	if c := root.Get("rate_limit_reset_credits.available_count"); c.Exists() {
+		n := int(min(max(c.Float(), 0), math.MaxInt32)) // clamped again where quota enters
 		q.ResetCredits = &n
 	}
-	return q, rl.Get("allowed").Bool() && !rl.Get("limit_reached").Bool()
+	return q, allowed, lifted
+}
+
+// usageWindow reads one window of a usage read; nil when w is not one.
+func usageWindow(now time.Time, w gjson.Result) *rotation.Window {
+	if !w.IsObject() {
+		return nil
+	}
+	out := &rotation.Window{UsedPercent: w.Get("used_percent").Float(), WindowMinutes: int(w.Get("limit_window_seconds").Int() / 60)}
+	if at := w.Get("reset_at").Int(); at > 0 {
+		out.ResetsAt = time.Unix(at, 0)
+	} else if after := w.Get("reset_after_seconds").Int(); after > 0 {
+		out.ResetsAt = afterUnits(now, float64(after), time.Second)
+	}
+	return out
 }
 
 // keepAlive refreshes a's tokens when rotor last refreshed them, or, if

@@ -259,7 +259,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		return nil, nil, refusedForAccount
 	}
 	if f.verdict == verdictUsageLimit {
-		f.resetAt = resetTime(s.deps.Clock.Now(), hdr, f.body)
+		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)
 	}
 	return nil, f, notRefused
 }
@@ -277,7 +277,7 @@ func (s *Server) frameFailure(frame []byte, sec *secrets.Secret, endpoint string
 		upstreamID: string(hdr.Peek("x-request-id")), body: redact(bytes.Clone(frame), sec)}
 	f.verdict = classify(f.status, hdr, f.body)
 	if f.verdict == verdictUsageLimit {
-		f.resetAt = resetTime(s.deps.Clock.Now(), hdr, f.body)
+		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)
 	}
 	return f
 }

@@ -1,7 +1,5 @@
 package rotation
 
-import "time"
-
 // Outcome is what one upstream attempt means for the account that made it.
 // The proxy decides which outcome an answer is (whose fault it was);
 // Record decides what the account gets for it: the "account gets" column
@@ -31,28 +29,28 @@ const (
 )
 
 // accountGets is what each outcome does to the account's state.
-var accountGets = [outcomeCount]func(r *Runtime, id string, status int, resetAt time.Time){
-	Unjudged: func(*Runtime, string, int, time.Time) {},
-	Served:   func(r *Runtime, id string, status int, _ time.Time) { r.Success(id, status) },
-	Answered: func(r *Runtime, id string, status int, _ time.Time) { r.Used(id, status) },
-	Limited:  func(r *Runtime, id string, _ int, resetAt time.Time) { r.RateLimited(id, resetAt) },
-	AuthRejected: func(r *Runtime, id string, _ int, _ time.Time) {
+var accountGets = [outcomeCount]func(r *Runtime, id string, status int, l Limit){
+	Unjudged: func(*Runtime, string, int, Limit) {},
+	Served:   func(r *Runtime, id string, status int, _ Limit) { r.Success(id, status) },
+	Answered: func(r *Runtime, id string, status int, _ Limit) { r.Used(id, status) },
+	Limited:  func(r *Runtime, id string, _ int, l Limit) { r.Limit(id, l) },
+	AuthRejected: func(r *Runtime, id string, _ int, _ Limit) {
 		r.Cooldown(id, CooldownAuthFailure, AuthFailureCooldown)
 	},
-	TokenRevoked: func(r *Runtime, id string, _ int, _ time.Time) {
+	TokenRevoked: func(r *Runtime, id string, _ int, _ Limit) {
 		r.Cooldown(id, CooldownTokenInvalidated, InvalidatedCooldown)
 	},
-	ServerFault: func(r *Runtime, id string, _ int, _ time.Time) {
+	ServerFault: func(r *Runtime, id string, _ int, _ Limit) {
 		r.Failure(id, CooldownServerError, ServerErrorCooldown)
 	},
-	NetworkFault: func(r *Runtime, id string, _ int, _ time.Time) {
+	NetworkFault: func(r *Runtime, id string, _ int, _ Limit) {
 		r.Failure(id, CooldownNetworkError, NetworkErrorCooldown)
 	},
 }
 
 // Record gives account id what outcome o earns it. status is the
-// upstream's answer (for Served and Answered), resetAt the end of a usage
-// limit (for Limited; zero takes DefaultRateLimit).
-func (r *Runtime) Record(id string, o Outcome, status int, resetAt time.Time) {
-	accountGets[o](r, id, status, resetAt)
+// upstream's answer (for Served and Answered), l the usage limit (for
+// Limited: its family, reason and end; a zero end takes DefaultRateLimit).
+func (r *Runtime) Record(id string, o Outcome, status int, l Limit) {
+	accountGets[o](r, id, status, l)
 }

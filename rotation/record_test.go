@@ -37,7 +37,7 @@ func TestRecordGivesEachOutcomeItsRow(t *testing.T) {
 		{o: NetworkFault, reason: CooldownNetworkError, cooldownFor: NetworkErrorCooldown, healthDown: true, failed: true},
 	} {
 		rt := NewRuntime(t.TempDir(), clock)
-		rt.Record("a", tc.o, tc.status, reset)
+		rt.Record("a", tc.o, tc.status, Limit{Until: reset})
 		st := rt.Snapshot("a")
 		var wantCooldown time.Time
 		if tc.cooldownFor > 0 {

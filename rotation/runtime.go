@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,30 +48,80 @@ type entry struct {
 
 	// Derived from st by derive() whenever st changes, so the selection
 	// loop compares integers instead of walking times and windows.
-	blocked    int64 // unix ns before which the account cannot serve
+	blocked    int64 // unix ns before which the account cannot serve any request
+	limited    int64 // unix ns before which the main family's usage limit holds
 	healthBase int   // health at healthAt
 	healthAt   int64 // unix ns; 0 = never judged (full health)
 	lastUsed   int64 // unix ns
 	quotaLeft  float64
 	quotaDefer bool
 	quotaUntil int64 // unix ns when the quota figures go stale (a window resets); 0 = never
+	credits    bool  // the account holds credits (SPEC §17)
+	full       int64 // unix ns until which a main window is full; 0 = none
+	// fams is the view of each family other than the main one, nil when
+	// the account has none (the common case: no lookup per pick).
+	fams []famView
+}
+
+// famView is what selection needs of one family other than the main one.
+type famView struct {
+	id, model string
+	limited   int64 // its usage limit, unix ns
+	full      int64 // unix ns until which one of its windows is full
+	left      float64
+	deferred  bool
+}
+
+// meter is what meters model on e's account: its usage limit, the share
+// left and deferral, and until when a window is full (the main family's
+// when no family names model). It returns the family's id.
+func (e *entry) meter(model string) (id string, limited, full int64, left float64, deferred bool) {
+	if model != "" {
+		for i := range e.fams {
+			if f := &e.fams[i]; strings.EqualFold(f.model, model) {
+				return f.id, f.limited, f.full, f.left, f.deferred
+			}
+		}
+	}
+	return MainFamily, e.limited, e.full, e.quotaLeft, e.quotaDefer
 }
 
 // derive recomputes the entry's integer view of st at now (the runtime's
 // clock, never the wall clock: tests and the selector use the same one).
 // Callers hold r.mu.
 func (e *entry) derive(now time.Time) {
-	e.blocked = max(nanos(e.st.CircuitOpenUntil), nanos(e.st.RateLimitedUntil), nanos(e.st.CooldownUntil))
+	e.blocked = max(nanos(e.st.CircuitOpenUntil), nanos(e.st.CooldownUntil))
+	e.limited = nanos(e.st.RateLimitedUntil)
 	e.healthBase, e.healthAt = e.st.Health, nanos(e.st.HealthAt)
 	e.lastUsed = nanos(e.st.LastUsed)
 	e.quotaLeft, e.quotaDefer, e.quotaUntil = 1, false, 0
-	if q := e.st.Quota; q != nil {
-		e.quotaLeft, e.quotaDefer = e.st.headroom(now)
-		for _, w := range [2]*Window{q.Primary, q.Secondary} {
-			if w != nil && w.ResetsAt.After(now) && (e.quotaUntil == 0 || nanos(w.ResetsAt) < e.quotaUntil) {
-				e.quotaUntil = nanos(w.ResetsAt)
-			}
+	e.credits, e.full, e.fams = false, 0, nil
+	q := e.st.Quota
+	if q == nil {
+		return
+	}
+	e.quotaLeft, e.quotaDefer = e.st.headroom(now)
+	stale := func(w *Window) {
+		if w != nil && w.ResetsAt.After(now) && (e.quotaUntil == 0 || nanos(w.ResetsAt) < e.quotaUntil) {
+			e.quotaUntil = nanos(w.ResetsAt)
 		}
+	}
+	stale(q.Primary)
+	stale(q.Secondary)
+	e.credits = q.Credits.Holds()
+	e.full = nanos(q.FullUntil(MainFamily, now))
+	if len(q.Families) == 0 {
+		return
+	}
+	e.fams = make([]famView, 0, len(q.Families))
+	for i := range q.Families {
+		f := &q.Families[i]
+		l1, d1 := f.Primary.left(now)
+		l2, d2 := f.Secondary.left(now)
+		stale(f.Primary)
+		stale(f.Secondary)
+		e.fams = append(e.fams, famView{id: f.ID, model: f.LimitName, limited: nanos(e.st.FamilyLimits[f.ID]),
+			full: nanos(q.FullUntil(f.ID, now)), left: min(l1, l2), deferred: d1 || d2})
 	}
 }
 
@@ -147,17 +198,33 @@ func (r *Runtime) update(id string, fn func(s *AccountState, now time.Time)) {
 }
 
 // RateLimited marks id rate-limited until until (clamped to 7 days; a zero or
-// past until means the 60 s default).
-func (r *Runtime) RateLimited(id string, until time.Time) {
+// past until means the 60 s default), for its main family.
+func (r *Runtime) RateLimited(id string, until time.Time) { r.Limit(id, Limit{Until: until}) }
+
+// Limit records the usage limit l of id (SPEC §17): for the family that
+// metered the request only, until l.Until (clamped to 7 days; a zero or
+// past one means the 60 s default). A workspace limit waits 7 days, or
+// until a usage read lifts it (LiftRateLimit).
+func (r *Runtime) Limit(id string, l Limit) {
 	r.update(id, func(s *AccountState, now time.Time) {
+		until := l.Until
+		if WorkspaceLimit(l.Reason) {
+			until = now.Add(MaxRateLimit)
+		}
 		if !until.After(now) {
 			until = now.Add(DefaultRateLimit)
 		}
 		if until.Sub(now) > MaxRateLimit {
 			until = now.Add(MaxRateLimit)
 		}
-		s.RateLimitedUntil = later(s.RateLimitedUntil, until)
 		s.LastUsed, s.LastStatus = now, 429
+		if fam := NormalizeFamily(l.Family); fam != MainFamily {
+			s.limitFamily(fam, until)
+			return
+		}
+		if until.After(s.RateLimitedUntil) {
+			s.RateLimitedUntil, s.LimitReason = until, l.Reason
+		}
 	})
 }
 
@@ -221,10 +288,14 @@ func (r *Runtime) SetQuota(id string, q Quota) {
 			q.ObservedAt = now
 		}
 		q.Primary, q.Secondary = keepable(q.Primary, now), keepable(q.Secondary, now)
+		q.Families, q.Credits = keepableFamilies(q.Families, now), keepableCredits(q.Credits)
+		if q.ResetCredits != nil && (*q.ResetCredits < 0 || *q.ResetCredits > maxResetCredits) {
+			n := min(max(*q.ResetCredits, 0), maxResetCredits)
+			q.ResetCredits = &n
+		}
 		if s.Quota == nil || !q.ObservedAt.Before(s.Quota.ObservedAt) {
-			if q.ResetCredits == nil && s.Quota != nil {
-				q.ResetCredits = s.Quota.ResetCredits
-			}
+			q = mergeQuota(s.Quota, q)
+			q.Whole = false
 			q.History = learnHistory(s.Quota, &q)
 			s.Quota = &q
 		}
@@ -235,8 +306,13 @@ func (r *Runtime) SetQuota(id string, q Quota) {
 // far beyond the longest window rotor knows (a week).
 const maxQuotaReset = 400 * 24 * time.Hour
 
+// maxResetCredits is the most banked reset credits rotor believes an
+// account holds; a backend that says more is read as saying this many.
+const maxResetCredits = 1000
+
 // keepable is w as far as it can be kept and weighed: nil when its used
-// share is not a number, its reset unknown when that is further than
+// share is not a number, the share within 0-100 (more is a full window),
+// its reset unknown when that is further than
 // maxQuotaReset from now, and its length unknown when it is longer.
 // Upstreams are trusted, but one malformed x-codex-* header ("NaN", a
 // reset thousands of years away) must not stop state.json from being
@@ -250,10 +326,12 @@ func keepable(w *Window, now time.Time) *Window {
 	d := w.ResetsAt.Sub(now)
 	farReset := !w.ResetsAt.IsZero() && (d > maxQuotaReset || d < -maxQuotaReset)
 	badLength := w.WindowMinutes < 0 || w.WindowMinutes > int(maxQuotaReset/time.Minute)
-	if !farReset && !badLength {
+	badShare := w.UsedPercent < 0 || w.UsedPercent > 100
+	if !farReset && !badLength && !badShare {
 		return w
 	}
 	c := *w
+	c.UsedPercent = min(max(c.UsedPercent, 0), 100)
 	if farReset {
 		c.ResetsAt = time.Time{}
 	}
@@ -263,20 +341,45 @@ func keepable(w *Window, now time.Time) *Window {
 	return &c
 }
 
+// OnCredits reports whether id spends credits for family now: a window of
+// it is full and not yet reset, and the account holds credits (SPEC §17).
+func (r *Runtime) OnCredits(id, family string) bool {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.m[id]
+	return e != nil && e.st.Quota.OnCredits(NormalizeFamily(family), now)
+}
+
 // UsageRead records that id's usage was read from its backend at now.
 func (r *Runtime) UsageRead(id string) {
 	r.update(id, func(s *AccountState, now time.Time) { s.UsageReadAt = now })
 }
 
-// LiftRateLimit ends id's rate limit now: its backend says it can serve
-// again before the reset rotor was told (SPEC §15). Like Clear it moves
-// the epoch, so the lift reaches every process; the account's other
-// deadlines stay as this process knows them.
-func (r *Runtime) LiftRateLimit(id string) {
+// LiftRateLimit ends id's usage limit now: its backend says it can serve
+// again before the reset rotor was told (SPEC §15).
+func (r *Runtime) LiftRateLimit(id string) { r.lift(id, true, nil) }
+
+// LiftFamilyLimits ends the usage limits of id's families (by id) now:
+// its backend says they can serve again (SPEC §17).
+func (r *Runtime) LiftFamilyLimits(id string, families ...string) { r.lift(id, false, families) }
+
+// lift ends id's main usage limit (main) and those of families. Like
+// Clear it moves the epoch, so the lift reaches every process; the
+// account's other deadlines stay as this process knows them.
+func (r *Runtime) lift(id string, main bool, families []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.get(id)
-	e.st.RateLimitedUntil = time.Time{}
+	if main {
+		e.st.RateLimitedUntil, e.st.LimitReason = time.Time{}, ""
+	}
+	if len(families) > 0 {
+		e.st.FamilyLimits = maps.Clone(e.st.FamilyLimits)
+		for _, f := range families {
+			delete(e.st.FamilyLimits, f)
+		}
+	}
 	e.st.Epoch++
 	e.derive(r.clock.Now())
 	r.dirty = true
@@ -307,6 +410,7 @@ func (r *Runtime) Clear(id string) {
 	e := r.get(id)
 	e.st.RateLimitedUntil, e.st.CooldownUntil, e.st.CooldownReason = time.Time{}, time.Time{}, ""
 	e.st.CircuitOpenUntil, e.st.Failures = time.Time{}, nil
+	e.st.LimitReason, e.st.FamilyLimits = "", nil
 	e.st.Epoch++
 	e.derive(r.clock.Now())
 	r.dirty = true

@@ -17,6 +17,9 @@ const (
 	SkipCircuitOpen      = "circuit-open"
 	SkipMissing          = "missing"
 	SkipAlreadyAttempted = "already-attempted"
+	// SkipCreditsHeldBack: the account would spend credits, and the
+	// policy is never (SPEC §17).
+	SkipCreditsHeldBack = "credits-held-back"
 )
 
 // Pin sources.
@@ -32,6 +35,15 @@ const (
 	WhyAffinity   = "session affinity"
 	WhyBestScore  = "best score"
 	WhyDeferred   = "best score (every other account is deferred by quota)"
+	WhyOnCredits  = "best score (no account has included quota left; spending credits)"
+)
+
+// Tiers of a usable account, best first: selection takes the best tier
+// any account is in, and the best score within it.
+const (
+	tierRoom     = iota // included quota left
+	tierDeferred        // 5% or less left (SPEC §5)
+	tierCredits         // would spend credits, policy last-resort (SPEC §17)
 )
 
 const (
@@ -66,6 +78,19 @@ type Selector struct {
 	// endpointOf names the upstream endpoint an account is served from,
 	// so Status can show the accounts behind an unreachable one.
 	endpointOf atomic.Pointer[func(*accounts.Account) string]
+	// credits is the credits policy (SPEC §17); nil is the default.
+	credits atomic.Pointer[CreditsPolicy]
+}
+
+// SetCredits sets when a request may go to an account on credits.
+func (s *Selector) SetCredits(p CreditsPolicy) { s.credits.Store(&p) }
+
+// Credits is the credits policy in force.
+func (s *Selector) Credits() CreditsPolicy {
+	if p := s.credits.Load(); p != nil {
+		return *p
+	}
+	return CreditsLastResort
 }
 
 // NewSelector returns a selector over rt. seed spreads parallel proxies:
@@ -118,6 +143,9 @@ func (s *Selector) Runtime() *Runtime { return s.rt }
 // Request is what a pick depends on.
 type Request struct {
 	AffinityKey string
+	// Model is the model the request asks for: a family of its own may
+	// meter it (SPEC §17). "" is metered by the main family.
+	Model string
 	// Attempted lists the accounts already tried for this request.
 	Attempted []string
 	// Skip, when set, keeps accounts out of this request: it returns the
@@ -157,6 +185,10 @@ type Choice struct {
 	// which could not take it, so the conversation left its account (and
 	// the prompt cache there).
 	Moved bool
+	// Family is the limit family that meters the request on the account.
+	Family string
+	// OnCredits: the account spends credits for the request (SPEC §17).
+	OnCredits bool
 }
 
 // Refusal explains why no account can serve.
@@ -180,18 +212,78 @@ type Refusal struct {
 	// back at ResetAt, nil when none was seen: a client that reads the
 	// x-codex-* headers can then show real numbers.
 	SoonestQuota *Quota
+	// Family is the limit family that meters the request on the account
+	// that comes back at ResetAt; LimitReason the backend's reached type
+	// of its usage limit ("" for an ordinary one).
+	Family, LimitReason string
+	// CreditsHeldBack: some account could have served on credits, which
+	// the policy never keeps back (SPEC §17).
+	CreditsHeldBack bool
 }
 
-// skipReason says why a cannot serve now, "" when it can. Callers hold rt.mu.
-func skipReason(a *accounts.Account, e *entry, now time.Time) string {
+// judgement is whether an account can serve one request now.
+type judgement struct {
+	reason    string    // the skip reason, "" when it can serve
+	until     time.Time // when the reason ends, zero when unknown or none
+	tier      int
+	family    string // the family that meters the request
+	onCredits bool
+	limitWhy  string // the backend's reached type of a usage limit
+}
+
+// judge says whether a can serve req at now, and in which tier. It reads
+// the entry's derived view, freshened when a window has reset since.
+// Callers hold rt.mu.
+func (s *Selector) judge(a *accounts.Account, e *entry, req *Request, now time.Time) judgement {
 	if !a.Enabled {
-		return SkipDisabled
+		return judgement{reason: SkipDisabled}
 	}
 	if _, ok := a.Flagged(); ok {
-		return SkipFlagged
+		return judgement{reason: SkipFlagged}
 	}
-	r, _ := e.st.Availability(now)
-	return r
+	nowNS := now.UnixNano()
+	e.fresh(now)
+	fam, _, full, _, deferred := e.meter(req.Model)
+	j := judgement{family: fam}
+	if r, until := e.st.AvailabilityFor(fam, now); r != "" {
+		j.reason, j.until = r, until
+		if r == SkipRateLimited && fam == MainFamily {
+			j.limitWhy = e.st.LimitReason
+		}
+		return j
+	}
+	j.onCredits = e.credits && full > nowNS
+	j.tier = tierOf(deferred, j.onCredits, s.Credits())
+	if j.tier < 0 {
+		j.reason, j.until = SkipCreditsHeldBack, time.Unix(0, full)
+	}
+	return j
+}
+
+// tierOf is the tier of a usable account, -1 when the policy keeps it
+// out: an account on credits is the last resort, never, or as good as
+// one with quota left.
+func tierOf(deferred, onCredits bool, policy CreditsPolicy) int {
+	switch {
+	case onCredits && policy == CreditsNever:
+		return -1
+	case onCredits && policy == CreditsSpend:
+		return tierRoom
+	case onCredits:
+		return tierCredits
+	case deferred:
+		return tierDeferred
+	}
+	return tierRoom
+}
+
+// fresh derives e again when a window it was derived from has reset
+// since, so the selection loop never weighs a spent window that is new
+// again. Callers hold rt.mu.
+func (e *entry) fresh(now time.Time) {
+	if e.quotaUntil != 0 && now.UnixNano() >= e.quotaUntil {
+		e.derive(now)
+	}
 }
 
 // Pick chooses the account for req, or explains why none can serve.
@@ -205,21 +297,28 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 		return s.pickPinned(v, req, now, id, src, why, false)
 	}
 	moved := false
+	bi, btier := s.best(v, req, now)
 	if req.AffinityKey != "" {
 		if id, ok := s.affinity.Get(req.AffinityKey); ok {
-			if i := v.indexOf(id); i > 0 && !req.attempted(id) &&
-				skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" && req.skipped(&v.pool.Accounts[i-1]) == "" {
-				return s.take(v, i, now, WhyAffinity, ""), nil
+			if i := v.indexOf(id); i > 0 && !req.attempted(id) && req.skipped(&v.pool.Accounts[i-1]) == "" {
+				// A conversation keeps its account, unless that would
+				// spend credits while another account has quota left.
+				if j := s.judge(&v.pool.Accounts[i-1], v.entries[i-1], req, now); j.reason == "" && (j.tier < tierCredits || btier >= tierCredits) {
+					return s.take(v, i, now, WhyAffinity, "", j), nil
+				}
 			}
 			moved = true
 		}
 	}
-	if i, deferred := best(v, req, now); i > 0 {
+	if bi > 0 {
 		why := WhyBestScore
-		if deferred {
+		switch btier {
+		case tierDeferred:
 			why = WhyDeferred
+		case tierCredits:
+			why = WhyOnCredits
 		}
-		ch := s.take(v, i, now, why, "")
+		ch := s.take(v, bi, now, why, "", s.judge(&v.pool.Accounts[bi-1], v.entries[bi-1], req, now))
 		ch.Moved = moved
 		return ch, nil
 	}
@@ -231,8 +330,10 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 func (s *Selector) pickPinned(v *view, req *Request, now time.Time, id, source, why string, dry bool) (Choice, *Refusal) {
 	i := v.indexOf(id)
 	reason := SkipMissing
+	var j judgement
 	if i > 0 {
-		reason = skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now)
+		j = s.judge(&v.pool.Accounts[i-1], v.entries[i-1], req, now)
+		reason = j.reason
 		if reason == "" && req.attempted(id) {
 			reason = SkipAlreadyAttempted
 		}
@@ -240,22 +341,22 @@ func (s *Selector) pickPinned(v *view, req *Request, now time.Time, id, source, 
 			reason = req.skipped(&v.pool.Accounts[i-1])
 		}
 		if reason == "" && !dry {
-			return s.take(v, i, now, why, source), nil
+			return s.take(v, i, now, why, source, j), nil
 		}
 	}
 	ref := s.refuse(v, req, now)
 	ref.Pinned, ref.PinSource, ref.PinnedIndex, ref.PinReason = true, source, i, reason
 	ref.RetryAfter, ref.ResetAt = 0, time.Time{}
-	if i > 0 {
-		if _, until := v.entries[i-1].st.Availability(now); !until.IsZero() {
-			ref.ResetAt, ref.RetryAfter = until, until.Sub(now)
-		}
+	if !j.until.IsZero() {
+		ref.ResetAt, ref.RetryAfter = j.until, j.until.Sub(now)
+		ref.Family, ref.LimitReason = j.family, j.limitWhy
 	}
 	return Choice{}, ref
 }
 
-// take records the pick of the account at index i. Callers hold rt.mu.
-func (s *Selector) take(v *view, i int, now time.Time, why, source string) Choice {
+// take records the pick of the account at index i, judged j. Callers
+// hold rt.mu.
+func (s *Selector) take(v *view, i int, now time.Time, why, source string, j judgement) Choice {
 	e := v.entries[i-1]
 	refill(e, now)
 	// The bucket may run into debt: under a burst faster than it refills,
@@ -263,7 +364,7 @@ func (s *Selector) take(v *view, i int, now time.Time, why, source string) Choic
 	// of piling onto whichever account wins the tie-breaker.
 	e.tokens = max(e.tokens-1, -bucketSize)
 	e.picked = now.UnixNano()
-	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source}
+	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source, Family: j.family, OnCredits: j.onCredits}
 }
 
 func refill(e *entry, now time.Time) {
@@ -279,7 +380,7 @@ func refill(e *entry, now time.Time) {
 // enough to break exact ties only (a 10 ms difference in idle time
 // outweighs it, so bursts rotate). It reads the entry's derived integers
 // where it can: it runs for every account on every request.
-func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool) {
+func score(e *entry, nowNS int64, head float64, offset float64) float64 {
 	health := 1.0
 	if e.healthAt != 0 {
 		h := e.healthBase + int((nowNS-e.healthAt)/int64(time.Minute))*healthRecovery
@@ -293,15 +394,11 @@ func score(e *entry, now time.Time, nowNS int64, offset float64) (float64, bool)
 	if last := max(e.lastUsed, e.picked); last != 0 {
 		idle = min(float64(nowNS-last)/float64(idleHorizon), 1)
 	}
-	head, deferred := e.quotaLeft, e.quotaDefer
-	if e.quotaUntil != 0 && nowNS >= e.quotaUntil {
-		head, deferred = e.st.headroom(now) // a window has reset since derive
-	}
 	sc := 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 1e-6*offset
 	if q := e.st.Quota; q != nil {
 		sc += expiringWeight * expiring(q, nowNS)
 	}
-	return sc, deferred
+	return sc
 }
 
 // expiringWeight is the weight of expiring in score, beside health's 0.35
@@ -392,7 +489,8 @@ func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {
 	for i := range v.pool.Accounts {
 		a := &v.pool.Accounts[i]
 		e := v.entries[i]
-		r := skipReason(a, e, now)
+		j := s.judge(a, e, req, now)
+		r := j.reason
 		if r == "" && req.attempted(a.ID) {
 			r = SkipAlreadyAttempted
 		}
@@ -404,11 +502,16 @@ func (s *Selector) refuse(v *view, req *Request, now time.Time) *Refusal {
 			continue
 		}
 		live++
-		if r == SkipRateLimited {
+		switch r {
+		case SkipCreditsHeldBack:
+			ref.CreditsHeldBack = true
+			limited++
+		case SkipRateLimited:
 			limited++
 		}
-		if _, until := e.st.Availability(now); !until.IsZero() && (ref.ResetAt.IsZero() || until.Before(ref.ResetAt)) {
+		if until := j.until; !until.IsZero() && (ref.ResetAt.IsZero() || until.Before(ref.ResetAt)) {
 			ref.ResetAt, ref.SoonestQuota = until, nil
+			ref.Family, ref.LimitReason = j.family, j.limitWhy
 			if q := e.st.Quota; q != nil {
 				cp := *q
 				ref.SoonestQuota = &cp
@@ -464,40 +567,55 @@ func (s *Selector) Next() (int, string) {
 	now := s.clock.Now()
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
+	req := &Request{}
 	if id, src, why, ok := s.pinOf(v); ok {
 		i := v.indexOf(id)
-		if src == PinProcess || i > 0 && skipReason(&v.pool.Accounts[i-1], v.entries[i-1], now) == "" {
+		if src == PinProcess || i > 0 && s.judge(&v.pool.Accounts[i-1], v.entries[i-1], req, now).reason == "" {
 			return i, why
 		}
 		return 0, "the pinned account cannot serve now; the proxy answers 503 until it can (or run \"rotor unpin\")"
 	}
-	i, deferred := best(v, &Request{}, now)
+	i, tier := s.best(v, req, now)
 	switch {
 	case i == 0:
 		return 0, "no account can serve now"
-	case deferred:
+	case tier == tierDeferred:
 		return i, WhyDeferred
+	case tier == tierCredits:
+		return i, WhyOnCredits
 	}
 	return i, WhyBestScore
 }
 
 // best returns the 1-based index of the best-scoring usable account not yet
-// attempted, preferring accounts that quota does not defer; 0 if none.
+// attempted, from the best tier any is in (quota left, then deferred,
+// then on credits), and that tier; 0 if none. It runs for every request:
+// it reads the entries' derived integers, and judges no account in full.
 // Callers hold rt.mu.
-func best(v *view, req *Request, now time.Time) (int, bool) {
-	bi, bd := 0, false
+func (s *Selector) best(v *view, req *Request, now time.Time) (int, int) {
+	bi, bt := 0, 0
 	var bs float64
 	nowNS := now.UnixNano()
+	policy := s.Credits()
 	for i := range v.pool.Accounts {
 		a := &v.pool.Accounts[i]
 		e := v.entries[i]
 		if !a.Enabled || a.FlaggedReason != nil && *a.FlaggedReason != "" || e.blocked > nowNS || req.attempted(a.ID) || req.skipped(a) != "" {
 			continue
 		}
-		sc, d := score(e, now, nowNS, v.offset[i])
-		if bi == 0 || (bd && !d) || (d == bd && sc > bs) {
-			bi, bs, bd = i+1, sc, d
+		e.fresh(now)
+		_, limited, full, head, deferred := e.meter(req.Model)
+		if limited > nowNS {
+			continue
+		}
+		t := tierOf(deferred, e.credits && full > nowNS, policy)
+		if t < 0 {
+			continue
+		}
+		sc := score(e, nowNS, head, v.offset[i])
+		if bi == 0 || t < bt || (t == bt && sc > bs) {
+			bi, bs, bt = i+1, sc, t
 		}
 	}
-	return bi, bd
+	return bi, bt
 }

@@ -6,6 +6,7 @@
 package rotation
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -34,6 +35,19 @@ type Quota struct {
 	// ResetCredits are the banked rate-limit reset credits the account's
 	// backend reported (SPEC §15); nil until a usage read told them.
 	ResetCredits *int `json:"reset_credits,omitempty"`
+	// Families are the account's limit families other than the main one
+	// (SPEC §17), each metering its own model.
+	Families []Family `json:"families,omitempty"`
+	// Credits are the account's credits as the backend last told them;
+	// nil until it did.
+	Credits *Credits `json:"credits,omitempty"`
+	// Workspace: the backend's usage read had no windows for the account
+	// (rate_limit null): a workspace that budgets instead, not an account
+	// without quota.
+	Workspace bool `json:"workspace,omitempty"`
+	// Whole says the snapshot tells all the backend meters (a usage
+	// read): SetQuota drops the families it leaves out. Never stored.
+	Whole bool `json:"-"`
 	// History is what SetQuota keeps of the windows' recent observations,
 	// to learn their rates of use (rate.go). It merges with the snapshot
 	// it came with, and is never changed in place.
@@ -45,16 +59,24 @@ type Quota struct {
 // what lets several processes write the file without losing each other's
 // news.
 type AccountState struct {
-	RateLimitedUntil time.Time   `json:"rate_limited_until,omitzero"`
-	CooldownUntil    time.Time   `json:"cooldown_until,omitzero"`
-	CooldownReason   string      `json:"cooldown_reason,omitempty"`
-	CircuitOpenUntil time.Time   `json:"circuit_open_until,omitzero"`
-	Failures         []time.Time `json:"failures,omitempty"`
-	Health           int         `json:"health"`
-	HealthAt         time.Time   `json:"health_at,omitzero"`
-	LastUsed         time.Time   `json:"last_used,omitzero"`
-	LastStatus       int         `json:"last_status,omitempty"`
-	Quota            *Quota      `json:"quota,omitempty"`
+	RateLimitedUntil time.Time `json:"rate_limited_until,omitzero"`
+	// LimitReason is the backend's reached type of the usage limit that
+	// ends at RateLimitedUntil, "" for an ordinary one. A workspace limit
+	// (WorkspaceLimit) waits for a usage read, not for its time.
+	LimitReason string `json:"limit_reason,omitempty"`
+	// FamilyLimits are the usage limits of families other than the main
+	// one (SPEC §17), by family id: the account is limited until then for
+	// the models that family meters only.
+	FamilyLimits     map[string]time.Time `json:"family_limits,omitempty"`
+	CooldownUntil    time.Time            `json:"cooldown_until,omitzero"`
+	CooldownReason   string               `json:"cooldown_reason,omitempty"`
+	CircuitOpenUntil time.Time            `json:"circuit_open_until,omitzero"`
+	Failures         []time.Time          `json:"failures,omitempty"`
+	Health           int                  `json:"health"`
+	HealthAt         time.Time            `json:"health_at,omitzero"`
+	LastUsed         time.Time            `json:"last_used,omitzero"`
+	LastStatus       int                  `json:"last_status,omitempty"`
+	Quota            *Quota               `json:"quota,omitempty"`
 	// TokensAt is when a process last changed the account's secrets, so
 	// the others know to read them again.
 	TokensAt time.Time `json:"tokens_at,omitzero"`
@@ -80,8 +102,14 @@ func (s *AccountState) Merge(o *AccountState) {
 		s.Epoch = o.Epoch
 		s.RateLimitedUntil, s.CooldownUntil, s.CooldownReason = o.RateLimitedUntil, o.CooldownUntil, o.CooldownReason
 		s.CircuitOpenUntil, s.Failures = o.CircuitOpenUntil, slices.Clone(o.Failures)
+		s.LimitReason, s.FamilyLimits = o.LimitReason, maps.Clone(o.FamilyLimits)
 	case o.Epoch == s.Epoch:
-		s.RateLimitedUntil = later(s.RateLimitedUntil, o.RateLimitedUntil)
+		if o.RateLimitedUntil.After(s.RateLimitedUntil) {
+			s.RateLimitedUntil, s.LimitReason = o.RateLimitedUntil, o.LimitReason
+		}
+		for id, until := range o.FamilyLimits {
+			s.limitFamily(id, until)
+		}
 		if o.CooldownUntil.After(s.CooldownUntil) {
 			s.CooldownUntil, s.CooldownReason = o.CooldownUntil, o.CooldownReason
 		}
@@ -102,6 +130,24 @@ func (s *AccountState) Merge(o *AccountState) {
 		q := *o.Quota
 		s.Quota = &q
 	}
+}
+
+// limitFamily limits family id until until, keeping the later of two.
+// At most maxFamilies are kept: the earliest gives way to a new one.
+func (s *AccountState) limitFamily(id string, until time.Time) {
+	if s.FamilyLimits == nil {
+		s.FamilyLimits = make(map[string]time.Time, 1)
+	}
+	if _, ok := s.FamilyLimits[id]; !ok && len(s.FamilyLimits) >= maxFamilies {
+		first := ""
+		for k, t := range s.FamilyLimits {
+			if first == "" || t.Before(s.FamilyLimits[first]) {
+				first = k
+			}
+		}
+		delete(s.FamilyLimits, first)
+	}
+	s.FamilyLimits[id] = later(s.FamilyLimits[id], until)
 }
 
 func later(a, b time.Time) time.Time {
@@ -130,6 +176,7 @@ func mergeTimes(a, b []time.Time) []time.Time {
 func (s *AccountState) Clone() AccountState {
 	c := *s
 	c.Failures = slices.Clone(s.Failures)
+	c.FamilyLimits = maps.Clone(s.FamilyLimits)
 	if s.Quota != nil {
 		q := *s.Quota
 		c.Quota = &q
@@ -145,6 +192,24 @@ func (s *AccountState) Availability(now time.Time) (reason string, until time.Ti
 		return "circuit-open", s.CircuitOpenUntil
 	case s.RateLimitedUntil.After(now):
 		return "rate-limited", s.RateLimitedUntil
+	case s.CooldownUntil.After(now):
+		return CoolingDown(s.CooldownReason), s.CooldownUntil
+	}
+	return "", time.Time{}
+}
+
+// AvailabilityFor is Availability for a request that family id meters
+// (SPEC §17): the main family's usage limit does not keep the account
+// from another family's models, nor theirs from the main one's.
+func (s *AccountState) AvailabilityFor(id string, now time.Time) (reason string, until time.Time) {
+	if id == MainFamily || id == "" {
+		return s.Availability(now)
+	}
+	switch lim := s.FamilyLimits[id]; {
+	case s.CircuitOpenUntil.After(now):
+		return "circuit-open", s.CircuitOpenUntil
+	case lim.After(now):
+		return "rate-limited", lim
 	case s.CooldownUntil.After(now):
 		return CoolingDown(s.CooldownReason), s.CooldownUntil
 	}

@@ -161,13 +161,13 @@ func (s *sim) request(q request) {
 			// The backend refuses: a 429 with the reset, and the windows
 			// in its headers.
 			s.rt.SetQuota(a.id, a.quota(now))
-			s.rt.Record(a.id, rotation.Limited, 429, until)
+			s.rt.Record(a.id, rotation.Limited, 429, rotation.Limit{Until: until})
 			attempted = append(attempted, a.id)
 			continue
 		}
 		a.serve(now, q.tokens)
 		s.rt.SetQuota(a.id, a.quota(now))
-		s.rt.Record(a.id, rotation.Served, 200, time.Time{})
+		s.rt.Record(a.id, rotation.Served, 200, rotation.Limit{})
 		s.p.served(q.conv, i)
 		s.res.Served++
 		if last, ok := s.lastAcct[q.conv]; ok && last != i {

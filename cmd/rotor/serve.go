@@ -47,6 +47,7 @@ type proxyOptions struct {
 	logFormat    string
 	logLevel     string
 	stableKey    bool // serve on the home's stable client key, and follow its rotations
+	credits      string
 }
 
 func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
@@ -61,6 +62,7 @@ func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
 	fs.IntVar(&o.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "most accounts tried for one request")
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", proxy.DefaultStallTimeout, "cut a stream after this long without a byte")
 	fs.DurationVar(&o.respTimeout, "response-timeout", proxy.DefaultResponseTimeout, "wait this long for an upstream answer to start")
+	fs.StringVar(&o.credits, "credits", "", "when an account's credits may be spent: last-resort (only when no account has included quota left; the default), never, or spend (as quota); also ROTOR_CREDITS")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto, json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -121,6 +123,10 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
+	credits, err := a.creditsPolicy(o.credits)
+	if err != nil {
+		return nil, err
+	}
 	st, sec, err := a.storeAndSecrets()
 	if err != nil {
 		return nil, err
@@ -133,6 +139,10 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	h, err := a.openServeHome(st, sec, o.account, log)
 	if err != nil {
 		return nil, err
+	}
+	h.sel.SetCredits(credits)
+	if credits != rotation.CreditsLastResort {
+		log.Info().Str("credits", string(credits)).Msg("credits policy")
 	}
 	srv, pages, err := a.newServer(o, key, h, log)
 	if err != nil {
@@ -153,6 +163,20 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	r := h.serve(srv, ln, key, log)
 	r.pages = pages
 	return r, nil
+}
+
+// creditsPolicy is the credits policy (SPEC §17): --credits, else
+// ROTOR_CREDITS, else last-resort.
+func (a *app) creditsPolicy(flagValue string) (rotation.CreditsPolicy, error) {
+	name, v := "--credits", flagValue
+	if v == "" {
+		name, v = "ROTOR_CREDITS", a.getenv("ROTOR_CREDITS")
+	}
+	p, err := rotation.ParseCreditsPolicy(v)
+	if err != nil {
+		return "", rerr.Validation(name, err.Error())
+	}
+	return p, nil
 }
 
 // clientKey is the key clients must present: the home's stable key in

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts/home"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // serviceHost is what "rotor service" needs of the machine, injected so
@@ -97,7 +98,11 @@ func (a *app) serviceSpec(h *serviceHost, kind serviceKind) (serviceSpec, error)
 		return serviceSpec{}, err
 	}
 	file, logDir := kind.paths(a.getenv)
-	return serviceSpec{Binary: bin, Home: dir, Secrets: a.getenv("ROTOR_SECRETS"), File: file, LogDir: logDir,
+	credits := a.getenv("ROTOR_CREDITS")
+	if _, err := rotation.ParseCreditsPolicy(credits); err != nil {
+		return serviceSpec{}, rerr.Validation("ROTOR_CREDITS", err.Error())
+	}
+	return serviceSpec{Binary: bin, Home: dir, Secrets: a.getenv("ROTOR_SECRETS"), Credits: credits, File: file, LogDir: logDir,
 		Label: serviceLabel, UID: h.uid}, nil
 }
 

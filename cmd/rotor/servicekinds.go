@@ -17,6 +17,7 @@ type serviceSpec struct {
 	Binary  string // the rotor binary, symlinks resolved
 	Home    string // ROTOR_HOME
 	Secrets string // ROTOR_SECRETS when set, so the service uses the CLI's backend
+	Credits string // ROTOR_CREDITS when set, so the service spends credits as the user chose (SPEC §17)
 	File    string // the unit, plist or task definition
 	LogDir  string // where the serve's output goes (macOS, Windows)
 	Label   string // the launchd label / task name
@@ -125,6 +126,9 @@ Environment={{systemd (print "ROTOR_HOME=" .Home)}}
 {{- if .Secrets}}
 Environment={{systemd (print "ROTOR_SECRETS=" .Secrets)}}
 {{- end}}
+{{- if .Credits}}
+Environment={{systemd (print "ROTOR_CREDITS=" .Credits)}}
+{{- end}}
 Restart=on-failure
 RestartSec=5
 
@@ -175,6 +179,10 @@ var launchdKind = serviceKind{
 	<dict>
 		<key>ROTOR_HOME</key>
 		<string>{{xml .Home}}</string>
+{{- if .Credits}}
+		<key>ROTOR_CREDITS</key>
+		<string>{{xml .Credits}}</string>
+{{- end}}
 {{- if .Secrets}}
 		<key>ROTOR_SECRETS</key>
 		<string>{{xml .Secrets}}</string>
@@ -284,6 +292,9 @@ func taskCommand(s serviceSpec) string {
 	b.WriteString(`/d /s /c "set "ROTOR_HOME=` + s.Home + `"`)
 	if s.Secrets != "" {
 		b.WriteString(` && set "ROTOR_SECRETS=` + s.Secrets + `"`)
+	}
+	if s.Credits != "" {
+		b.WriteString(` && set "ROTOR_CREDITS=` + s.Credits + `"`)
 	}
 	b.WriteString(` && "` + s.Binary + `" serve --stable-key >> "` + filepath.Join(s.LogDir, "serve.log") + `" 2>&1"`)
 	return b.String()

@@ -67,6 +67,15 @@ type Record struct {
 	// could not be given the conversation's summarized earlier context (a
 	// compaction another account made, SPEC §13); empty otherwise.
 	Context string `json:"context,omitempty"`
+	// Credits: the account served the request on credits, past a full
+	// window's included quota (SPEC §17).
+	Credits bool `json:"credits,omitempty"`
+	// Limit is the limit family that metered the request when it is not
+	// the account's main one (SPEC §17).
+	Limit string `json:"limit,omitempty"`
+	// Tier is the service_tier the request asked for ("priority" is
+	// Codex's Fast, "flex"); empty when it asked for none.
+	Tier string `json:"tier,omitempty"`
 }
 
 // ContextCut is Record.Context for a conversation whose summarized
@@ -118,6 +127,17 @@ func (u *Record) AppendJSON(b []byte) []byte {
 	if u.Context != "" {
 		b = append(b, `,"context":`...)
 		b = appendJSONString(b, u.Context)
+	}
+	if u.Credits {
+		b = append(b, `,"credits":true`...)
+	}
+	if u.Limit != "" {
+		b = append(b, `,"limit":`...)
+		b = appendJSONString(b, u.Limit)
+	}
+	if u.Tier != "" {
+		b = append(b, `,"tier":`...)
+		b = appendJSONString(b, u.Tier)
 	}
 	return append(b, '}')
 }

@@ -303,6 +303,7 @@ func TestUsageLineIsEncodingJSONs(t *testing.T) {
 		{Time: at, Tokens: &Tokens{Input: -1}},
 		{Time: at, AccountID: "a4", Status: 200, DurMS: 3, Affinity: AffinityMoved},
 		{Time: at, AccountID: "a5", Status: 200, DurMS: 3, Context: ContextCut},
+		{Time: at, AccountID: "a6", Status: 200, DurMS: 3, Credits: true, Limit: "codex_bengalfox", Tier: "priority"},
 	}
 	for _, model := range []string{`gpt-5 "quoted" \ back`, "<script>&", "tab\there\nline\x00\x1f\x7f", "ünïcödé ✓", "bad \xff\xfe utf-8", "\u2028\u2029"} {
 		recs = append(recs, usageRec(at, model, model, 200, model, nil))
