@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -292,5 +294,71 @@ func TestTheTierIsRecorded(t *testing.T) {
 	}
 	if n := e.up.Metered("cg-A").Tiers["priority"]; n != 1 {
 		t.Errorf("the upstream saw %d priority requests: the tier was not forwarded", n)
+	}
+}
+
+// Codex's /status through rotor carries every family and the pool's
+// credits: the usage read it asks rotor for, the headers of an answer and
+// its codex.rate_limits events; each the pool's, in shapes Codex reads.
+func TestCodexStatusShowsFamiliesAndThePoolsCredits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}, {accounts.KindChatGPT, "B"}})
+	e.up.Set("A", upstreamtest.Behavior{Meter: &upstreamtest.Meter{Families: []upstreamtest.Family{mainFamily(100), sonicFamily(20)},
+		Credits: &upstreamtest.Credits{Balance: 12.5}}})
+	e.up.Set("B", upstreamtest.Behavior{Meter: &upstreamtest.Meter{Families: []upstreamtest.Family{mainFamily(30), sonicFamily(60)},
+		Credits: &upstreamtest.Credits{Balance: 3}}})
+	var ur usageReader
+	e.pass(&ur)
+
+	for _, path := range usagePaths {
+		p := getUsage(t, e, path)
+		var credits struct {
+			HasCredits *bool   `json:"has_credits"`
+			Unlimited  *bool   `json:"unlimited"`
+			Balance    *string `json:"balance"`
+		}
+		if err := json.Unmarshal(p.Credits, &credits); err != nil || credits.HasCredits == nil || !*credits.HasCredits ||
+			credits.Unlimited == nil || credits.Balance == nil || *credits.Balance != "15.50" {
+			t.Errorf("%s: credits %s; want the pool's: has_credits, balance 15.50", path, p.Credits)
+		}
+		var extra []struct {
+			LimitName      *string                `json:"limit_name"`
+			MeteredFeature *string                `json:"metered_feature"`
+			RateLimit      *codexRateLimitDetails `json:"rate_limit"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(p.AdditionalRateLimits))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&extra); err != nil || len(extra) != 1 || extra[0].LimitName == nil || *extra[0].LimitName != sonicModel ||
+			extra[0].MeteredFeature == nil || *extra[0].MeteredFeature != "codex_bengalfox" || extra[0].RateLimit == nil ||
+			!extra[0].RateLimit.Allowed || extra[0].RateLimit.PrimaryWindow == nil || extra[0].RateLimit.PrimaryWindow.UsedPercent != 20 {
+			t.Errorf("%s: additional_rate_limits %s (%v); want the sonic family at its roomiest account's 20%%", path, p.AdditionalRateLimits, err)
+		}
+	}
+
+	// An answer of B (A is on credits, so B serves) tells the pool's
+	// credits and families in its headers.
+	resp := e.do("POST", "/v1/responses", responsesBody("gpt-5-codex"))
+	readAll(t, resp)
+	if got := resp.Header.Get("x-codex-credits-balance"); got != "15.50" || resp.Header.Get("x-codex-credits-has-credits") != "true" {
+		t.Errorf("credits headers %q %q; want the pool's", resp.Header.Get("x-codex-credits-has-credits"), got)
+	}
+	if resp.Header.Get("x-codex-bengalfox-limit-name") != sonicModel || resp.Header.Get("x-codex-bengalfox-primary-used-percent") == "" {
+		t.Errorf("family headers missing: %v", resp.Header)
+	}
+	// Its codex.rate_limits events too, over a socket.
+	c := e.openSocket()
+	fs := turn(t, c, `{"type":"response.create","model":"gpt-5-codex","input":"hi"}`)
+	seen := 0
+	for _, f := range fs {
+		if gjson.GetBytes(f.data, "type").Str != "codex.rate_limits" {
+			continue
+		}
+		seen++
+		if b := gjson.GetBytes(f.data, "credits.balance").Str; b != "15.50" {
+			t.Errorf("event credits %s; want the pool's balance", f.data)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no codex.rate_limits event reached the client: %v", types(fs))
 	}
 }

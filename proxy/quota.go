@@ -98,15 +98,19 @@ func parseFamily(now time.Time, h *fasthttp.ResponseHeader, prefix string) *rota
 	return f
 }
 
+// creditsHeaders names the headers of an account's credits.
+var creditsHeaders = struct{ has, unlimited, balance string }{
+	"x-codex-credits-has-credits", "x-codex-credits-unlimited", "x-codex-credits-balance"}
+
 // parseCredits reads the x-codex-credits-* headers, as Codex does: both
 // booleans must be there ("true"/"false"/"1"/"0"), else nil.
 func parseCredits(h *fasthttp.ResponseHeader) *rotation.Credits {
-	has, ok1 := parseBool(h.Peek("x-codex-credits-has-credits"))
-	unlimited, ok2 := parseBool(h.Peek("x-codex-credits-unlimited"))
+	has, ok1 := parseBool(h.Peek(creditsHeaders.has))
+	unlimited, ok2 := parseBool(h.Peek(creditsHeaders.unlimited))
 	if !ok1 || !ok2 {
 		return nil
 	}
-	return &rotation.Credits{HasCredits: has, Unlimited: unlimited, Balance: strings.TrimSpace(string(h.Peek("x-codex-credits-balance")))}
+	return &rotation.Credits{HasCredits: has, Unlimited: unlimited, Balance: strings.TrimSpace(string(h.Peek(creditsHeaders.balance)))}
 }
 
 func parseBool(v []byte) (value, ok bool) {
@@ -193,29 +197,52 @@ func eventCredits(c gjson.Result) *rotation.Credits {
 
 // setQuotaHeaders writes q back as the x-codex-* headers parseQuota reads,
 // as the Codex backend sends them, so that a client such as Codex CLI can
-// show its own usage-limit banner for the account rotor waits on.
+// show its own usage-limit banner for the account rotor waits on: the
+// main windows, every other family's (with the model it meters) and the
+// credits.
 func setQuotaHeaders(h HeaderSetter, now time.Time, q *rotation.Quota) {
 	if q == nil {
 		return
 	}
-	for _, w := range []struct {
-		win   *rotation.Window
-		names *windowHeaders
-	}{{q.Primary, &primaryHeaders}, {q.Secondary, &secondaryHeaders}} {
-		if w.win == nil {
-			continue
+	setWindowHeaders(h, now, q.Primary, &primaryHeaders)
+	setWindowHeaders(h, now, q.Secondary, &secondaryHeaders)
+	for i := range q.Families {
+		f := &q.Families[i]
+		prefix := "x-" + strings.ReplaceAll(f.ID, "_", "-")
+		names := func(slot string) *windowHeaders {
+			return &windowHeaders{prefix + slot + "-used-percent", prefix + slot + "-window-minutes",
+				prefix + slot + "-reset-at", prefix + slot + "-reset-after-seconds"}
 		}
-		h.Set(w.names.used, strconv.FormatFloat(w.win.UsedPercent, 'f', -1, 64))
-		if w.win.WindowMinutes > 0 {
-			h.Set(w.names.minutes, strconv.Itoa(w.win.WindowMinutes))
+		setWindowHeaders(h, now, f.Primary, names("-primary"))
+		setWindowHeaders(h, now, f.Secondary, names("-secondary"))
+		if f.LimitName != "" {
+			h.Set(prefix+"-limit-name", f.LimitName)
 		}
-		if !w.win.ResetsAt.IsZero() {
-			h.Set(w.names.resetAt, strconv.FormatInt(w.win.ResetsAt.Unix(), 10))
-			h.Set(w.names.resetAfter, strconv.FormatInt(max(int64(w.win.ResetsAt.Sub(now).Seconds()), 0), 10))
+	}
+	if c := q.Credits; c != nil {
+		h.Set(creditsHeaders.has, strconv.FormatBool(c.HasCredits))
+		h.Set(creditsHeaders.unlimited, strconv.FormatBool(c.Unlimited))
+		if c.Balance != "" {
+			h.Set(creditsHeaders.balance, c.Balance)
 		}
 	}
 	if q.PlanType != "" {
 		h.Set("x-codex-plan-type", q.PlanType)
+	}
+}
+
+// setWindowHeaders writes w as the headers names, nothing for nil.
+func setWindowHeaders(h HeaderSetter, now time.Time, w *rotation.Window, names *windowHeaders) {
+	if w == nil {
+		return
+	}
+	h.Set(names.used, strconv.FormatFloat(w.UsedPercent, 'f', -1, 64))
+	if w.WindowMinutes > 0 {
+		h.Set(names.minutes, strconv.Itoa(w.WindowMinutes))
+	}
+	if !w.ResetsAt.IsZero() {
+		h.Set(names.resetAt, strconv.FormatInt(w.ResetsAt.Unix(), 10))
+		h.Set(names.resetAfter, strconv.FormatInt(max(int64(w.ResetsAt.Sub(now).Seconds()), 0), 10))
 	}
 }
 

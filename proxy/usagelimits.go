@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/tidwall/sjson"
@@ -36,6 +38,126 @@ type usageLimits struct {
 	// sum of what the accounts' backends last reported (SPEC §14, §15);
 	// left out while no account's are known.
 	ResetCredits *resetCredits `json:"rate_limit_reset_credits,omitempty"`
+	// Credits are the pool's credits (SPEC §17): has_credits when any
+	// live account holds them, the balance the sum of those that report
+	// one; left out while no account's are known.
+	Credits *creditStatus `json:"credits,omitempty"`
+	// Additional are the pool's limits of each family that meters some
+	// models on its own (SPEC §17), each as /status shows the main one.
+	Additional []additionalLimit `json:"additional_rate_limits,omitempty"`
+}
+
+// creditStatus is the backend's CreditStatusDetails.
+type creditStatus struct {
+	HasCredits bool    `json:"has_credits"`
+	Unlimited  bool    `json:"unlimited"`
+	Balance    *string `json:"balance"`
+}
+
+// additionalLimit is the backend's AdditionalRateLimitDetails: Codex
+// requires both names.
+type additionalLimit struct {
+	LimitName      string       `json:"limit_name"`
+	MeteredFeature string       `json:"metered_feature"`
+	RateLimit      *limitStatus `json:"rate_limit"`
+}
+
+// live reports whether r's account is in the pool's service.
+func live(r *rotation.AccountStatus) bool {
+	return r.State != rotation.SkipDisabled && r.State != rotation.SkipFlagged
+}
+
+// poolCredits are the credits of rows' live accounts, nil when none's
+// are known.
+func poolCredits(rows []rotation.AccountStatus) *creditStatus {
+	var out *creditStatus
+	sum, summed := 0.0, false
+	for i := range rows {
+		r := &rows[i]
+		if r.Quota == nil || r.Quota.Credits == nil || !live(r) {
+			continue
+		}
+		if out == nil {
+			out = &creditStatus{}
+		}
+		c := r.Quota.Credits
+		out.HasCredits = out.HasCredits || c.Holds()
+		out.Unlimited = out.Unlimited || c.Unlimited
+		if amt, ok := c.Amount(); ok {
+			sum, summed = sum+amt, true
+		}
+	}
+	if out != nil && summed {
+		b := strconv.FormatFloat(sum, 'f', 2, 64)
+		out.Balance = &b
+	}
+	return out
+}
+
+// poolFamilies are the pool's limits of every family other than the
+// main one that a live account of rows reports: the family as the
+// account with the most room for it shows it, of those it does not
+// limit; when it limits them all, the one that comes back first, its
+// fuller window used up until then. limitedOf is an account's family
+// limits.
+func poolFamilies(rows []rotation.AccountStatus, limitedOf func(id string) map[string]time.Time, now time.Time) []additionalLimit {
+	type best struct {
+		fam   *rotation.Family
+		q     *rotation.Quota
+		until time.Time // zero: available
+		used  float64
+	}
+	var order []string
+	byID := map[string]*best{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Quota == nil || len(r.Quota.Families) == 0 || !live(r) {
+			continue
+		}
+		limits := limitedOf(r.Account.ID)
+		for j := range r.Quota.Families {
+			f := &r.Quota.Families[j]
+			c := best{fam: f, q: r.Quota, used: fuller(f, r.Quota.ObservedAt, now)}
+			if until := limits[f.ID]; until.After(now) {
+				c.until = until
+			}
+			if r.State != "available" && c.until.IsZero() {
+				c.until = r.Until // waits for all its models: circuit, cooldown
+			}
+			b := byID[f.ID]
+			switch {
+			case b == nil:
+				order = append(order, f.ID)
+				byID[f.ID] = &c
+			case c.until.IsZero() && (!b.until.IsZero() || c.used < b.used),
+				!c.until.IsZero() && !b.until.IsZero() && c.until.Before(b.until):
+				*b = c
+			}
+		}
+	}
+	out := make([]additionalLimit, 0, len(order))
+	for _, id := range order {
+		b := byID[id]
+		st := &limitStatus{Allowed: b.until.IsZero(), LimitReached: !b.until.IsZero()}
+		st.Primary = wireWindow(current(b.fam.Primary, b.q.ObservedAt, now), now)
+		st.Secondary = wireWindow(current(b.fam.Secondary, b.q.ObservedAt, now), now)
+		if st.LimitReached {
+			spendWindows(st, b.fam.Primary, b.fam.Secondary, b.q.ObservedAt, b.until, now)
+		}
+		out = append(out, additionalLimit{LimitName: cmp.Or(b.fam.LimitName, id), MeteredFeature: id, RateLimit: st})
+	}
+	return out
+}
+
+// fuller is the used share of f's fuller window as it stands at now.
+func fuller(f *rotation.Family, observed, now time.Time) float64 {
+	used := 0.0
+	for _, w := range []*rotation.Window{f.Primary, f.Secondary} {
+		if c := current(w, observed, now); c != nil {
+			used = max(used, c.UsedPercent)
+		}
+	}
+	return used
 }
 
 // resetCredits is the backend's rate_limit_reset_credits.
@@ -108,10 +230,11 @@ func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
 // account whose limits these are as they stand, 0 when none's are.
 func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown int) {
 	rows := sel.Status()
+	limitedOf := func(id string) map[string]time.Time { return sel.Runtime().Snapshot(id).FamilyLimits }
 	if i, _ := sel.Next(); i > 0 && i <= len(rows) && rows[i-1].State == "available" {
 		r := &rows[i-1]
 		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true}),
-			ResetCredits: poolResetCredits(rows)}, i
+			ResetCredits: poolResetCredits(rows), Credits: poolCredits(rows), Additional: poolFamilies(rows, limitedOf, now)}, i
 	}
 	// Next names a process-pinned account even when it cannot serve; the
 	// refusal says why and until when, as the proxy itself would answer.
@@ -127,7 +250,8 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown 
 	case !ref.ResetAt.IsZero():
 		back = comesBackAt(rows, ref.ResetAt)
 	}
-	out := usageLimits{PlanType: planUnknown, RateLimit: st, ResetCredits: poolResetCredits(rows)}
+	out := usageLimits{PlanType: planUnknown, RateLimit: st, ResetCredits: poolResetCredits(rows),
+		Credits: poolCredits(rows), Additional: poolFamilies(rows, limitedOf, now)}
 	q := ref.SoonestQuota
 	if back != nil {
 		out.PlanType, q = planOf(back), back.Quota
@@ -135,7 +259,7 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown 
 	windowsOf(q, now, st)
 	st.LimitReached = st.LimitReached && !ref.ResetAt.IsZero()
 	if st.LimitReached {
-		out.ReachedType = &limitReachedType{Type: "rate_limit_reached"}
+		out.ReachedType = &limitReachedType{Type: cmp.Or(ref.LimitReason, "rate_limit_reached")}
 		spend(st, q, ref.ResetAt, now)
 	}
 	return out, 0
@@ -179,10 +303,17 @@ func windowsOf(q *rotation.Quota, now time.Time, st *limitStatus) *limitStatus {
 // unknown length when q has none) is used up until then. The other window
 // stays as last seen: the account waits for one window, not both.
 func spend(st *limitStatus, q *rotation.Quota, at, now time.Time) {
-	var p, s *rotation.Window
-	if q != nil {
-		p, s = current(q.Primary, q.ObservedAt, now), current(q.Secondary, q.ObservedAt, now)
+	if q == nil {
+		spendWindows(st, nil, nil, time.Time{}, at, now)
+		return
 	}
+	spendWindows(st, q.Primary, q.Secondary, q.ObservedAt, at, now)
+}
+
+// spendWindows is spend for the windows primary and secondary, last seen
+// at observed.
+func spendWindows(st *limitStatus, primary, secondary *rotation.Window, observed, at, now time.Time) {
+	p, s := current(primary, observed, now), current(secondary, observed, now)
 	w, slot := p, &st.Primary
 	if s != nil && (p == nil || s.UsedPercent > p.UsedPercent) {
 		w, slot = s, &st.Secondary
@@ -245,7 +376,8 @@ func wireWindow(w *rotation.Window, now time.Time) *limitWindow {
 // so the relay need not read it again.
 func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
 	h := &ans.resp.Header
-	told := len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0
+	told := len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0 ||
+		len(h.Peek(creditsHeaders.has)) > 0
 	events := bytes.Contains(ans.pending, []byte(`"codex.rate_limits"`))
 	if !told && !events {
 		return false
@@ -255,19 +387,19 @@ func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool)
 		// The account's own quota first: the pool's view is made with it.
 		learnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
 	}
-	if next, _ := s.deps.Selector.Next(); next == ch.Index {
+	// The serving account's own limits are the pool's when the next
+	// request would go to it too, and no other account adds credits or
+	// families of its own to what the pool shows.
+	alone := !s.othersMetered(ch.Account.ID)
+	if next, _ := s.deps.Selector.Next(); next == ch.Index && alone {
 		return events // the serving account is the pool's view: nothing to rewrite
 	}
 	u, shown := usageLimitsOf(s.deps.Selector, now)
-	if shown == ch.Index {
+	if shown == ch.Index && alone {
 		return events
 	}
 	if told {
-		for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
-			for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
-				h.Del(k)
-			}
-		}
+		delMeterHeaders(h)
 		setQuotaHeaders(h, now, quotaOf(u, now))
 	}
 	if events {
@@ -276,6 +408,46 @@ func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool)
 		releaseHeld(held)
 	}
 	return events
+}
+
+// othersMetered reports whether a live account other than id has told
+// credits or limit families of its own, which the pool's view sums or
+// shows.
+func (s *Server) othersMetered(id string) bool {
+	for _, a := range s.deps.Selector.Pool().Accounts {
+		if a.ID != id && a.Enabled && s.runtime().Metered(a.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// delMeterHeaders deletes what h tells of the account's meter: its main
+// windows, every other family's headers and its credits; the plan and
+// the active limit stay.
+func delMeterHeaders(h *fasthttp.ResponseHeader) {
+	for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
+		for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
+			h.Del(k)
+		}
+	}
+	var prefixes []string
+	for k := range h.All() {
+		if prefix, ok := familyHeader(k); ok {
+			prefixes = append(prefixes, prefix)
+		}
+	}
+	for _, p := range prefixes {
+		for _, slot := range []string{"-primary", "-secondary"} {
+			for _, k := range []string{"-used-percent", "-window-minutes", "-reset-at", "-reset-after-seconds"} {
+				h.Del(p + slot + k)
+			}
+		}
+		h.Del(p + "-limit-name")
+	}
+	h.Del(creditsHeaders.has)
+	h.Del(creditsHeaders.unlimited)
+	h.Del(creditsHeaders.balance)
 }
 
 // learnRateLimits hands set the quota of every codex.rate_limits event in
@@ -305,6 +477,19 @@ func quotaOf(u usageLimits, now time.Time) *rotation.Quota {
 	if u.RateLimit != nil {
 		q.Primary, q.Secondary = win(u.RateLimit.Primary), win(u.RateLimit.Secondary)
 	}
+	for _, a := range u.Additional {
+		f := rotation.Family{ID: a.MeteredFeature, LimitName: a.LimitName}
+		if a.RateLimit != nil {
+			f.Primary, f.Secondary = win(a.RateLimit.Primary), win(a.RateLimit.Secondary)
+		}
+		q.Families = append(q.Families, f)
+	}
+	if c := u.Credits; c != nil {
+		q.Credits = &rotation.Credits{HasCredits: c.HasCredits, Unlimited: c.Unlimited}
+		if c.Balance != nil {
+			q.Credits.Balance = *c.Balance
+		}
+	}
 	return q
 }
 
@@ -328,27 +513,51 @@ type eventWindow struct {
 // codex.rate_limits event's rate_limits (and plan_type) those of u; the
 // rest of each event, and every other event, as it came.
 func rewriteRateLimits(b []byte, u usageLimits) []byte {
-	ev := eventLimits{}
-	if rl := u.RateLimit; rl != nil {
-		ev.Allowed, ev.LimitReached = rl.Allowed, rl.LimitReached
-		w := func(x *limitWindow) *eventWindow {
-			if x == nil {
-				return nil
+	eventOf := func(rl *limitStatus) []byte {
+		ev := eventLimits{}
+		if rl != nil {
+			ev.Allowed, ev.LimitReached = rl.Allowed, rl.LimitReached
+			w := func(x *limitWindow) *eventWindow {
+				if x == nil {
+					return nil
+				}
+				return &eventWindow{float64(x.UsedPercent), x.LimitWindowSeconds / 60, x.ResetAfterSeconds, x.ResetAt}
 			}
-			return &eventWindow{float64(x.UsedPercent), x.LimitWindowSeconds / 60, x.ResetAfterSeconds, x.ResetAt}
+			ev.Primary, ev.Secondary = w(rl.Primary), w(rl.Secondary)
 		}
-		ev.Primary, ev.Secondary = w(rl.Primary), w(rl.Secondary)
+		limits, _ := json.Marshal(ev)
+		return limits
 	}
-	limits, _ := json.Marshal(ev)
+	main := eventOf(u.RateLimit)
+	var credits []byte
+	if u.Credits != nil {
+		credits, _ = json.Marshal(u.Credits)
+	}
 	out := make([]byte, 0, len(b)+256)
 	for len(b) > 0 {
 		line, rest, _ := bytes.Cut(b, []byte{'\n'})
 		b = rest
 		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && viewField(data, "type").Str == "codex.rate_limits" {
-			if edited, err := sjson.SetRawBytes(data, "rate_limits", limits); err == nil {
-				if u.PlanType != planUnknown {
-					edited, _ = sjson.SetBytes(edited, "plan_type", u.PlanType)
+			limits := main
+			if fam := rotation.NormalizeFamily(cmp.Or(viewField(data, "metered_limit_name").Str, viewField(data, "limit_name").Str)); fam != rotation.MainFamily {
+				limits = nil // a family the pool does not show: left as the account told it
+				for i := range u.Additional {
+					if u.Additional[i].MeteredFeature == fam {
+						limits = eventOf(u.Additional[i].RateLimit)
+					}
 				}
+			}
+			edited := data
+			if limits != nil {
+				edited, _ = sjson.SetRawBytes(edited, "rate_limits", limits)
+			}
+			if credits != nil {
+				edited, _ = sjson.SetRawBytes(edited, "credits", credits)
+			}
+			if u.PlanType != planUnknown {
+				edited, _ = sjson.SetBytes(edited, "plan_type", u.PlanType)
+			}
+			if edited != nil {
 				line = append([]byte("data: "), edited...)
 			}
 		}

@@ -351,6 +351,15 @@ func (r *Runtime) OnCredits(id, family string) bool {
 	return e != nil && e.st.Quota.OnCredits(NormalizeFamily(family), now)
 }
 
+// Metered reports whether id's backend told credits or limit families of
+// its own (SPEC §17).
+func (r *Runtime) Metered(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.m[id]
+	return e != nil && e.st.Quota != nil && (e.st.Quota.Credits != nil || len(e.st.Quota.Families) > 0)
+}
+
 // UsageRead records that id's usage was read from its backend at now.
 func (r *Runtime) UsageRead(id string) {
 	r.update(id, func(s *AccountState, now time.Time) { s.UsageReadAt = now })
