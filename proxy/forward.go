@@ -41,6 +41,13 @@ func (s *Server) forward(w responder, r *request) {
 			_, flagged := a.Flagged()
 			return a.Kind == accounts.KindChatGPT && a.Enabled && !flagged
 		})
+	if r.keyDerived && r.socket != nil && r.socket.up != nil && !sel.Bound(r.affinityKey) {
+		// A conversation the socket has not carried yet goes where the
+		// socket already is, unless that account cannot take it; its
+		// later turns, on this socket or another, follow it there.
+		sel.Bind(r.affinityKey, r.socket.up.accountID)
+		r.adopted = true
+	}
 	for {
 		pick.Attempted, pick.Skip = r.attempted, nil
 		if r.chat.Unsupported != "" || r.codexCatalog || len(r.unreachable) > 0 || s.endpoints.anyDown() {
@@ -499,6 +506,8 @@ func affinityOf(r *request, ch *rotation.Choice) string {
 	switch {
 	case ch == nil || r.affinityKey == "" || ch.PinSource != "":
 		return ""
+	case r.adopted:
+		return usage.AffinityNew // bound for it a moment ago, not kept
 	case ch.Why == rotation.WhyAffinity:
 		return usage.AffinityKept
 	case ch.Moved:

@@ -51,6 +51,10 @@ type request struct {
 	// fallbackAffinity is the conversation of a request that names none:
 	// a socket's requests stay together (socket.create).
 	fallbackAffinity string
+	// keyDerived: the affinity key is derived from the conversation's
+	// beginning (SPEC §16); adopted: such a key, new to the selector, was
+	// bound to the account already serving the request's socket.
+	keyDerived, adopted bool
 
 	// A request that came in on a socket: the socket, its frame as sent
 	// and the frame's input items, the exchange it names if the socket
@@ -189,9 +193,15 @@ func (r *request) read(maxBody int) *rerr.Spec {
 		r.model = strings.Clone(f.model) // outlives the pooled body in logs
 		r.tier = strings.Clone(f.tier)
 	}
-	r.affinityKey = cmp.Or(affinityKey(r.header, f), r.fallbackAffinity)
+	// A conversation the request names, else the one its beginning
+	// derives (SPEC §16), else the socket's own: a client that opens a
+	// socket per turn and names nothing keeps its conversation on one
+	// account as it would over HTTP.
+	r.affinityKey = affinityKey(r.header, f)
 	if r.affinityKey == "" {
 		r.affinityKey = derivedAffinity(r)
+		r.keyDerived = r.affinityKey != ""
+		r.affinityKey = cmp.Or(r.affinityKey, r.fallbackAffinity)
 	}
 	return nil
 }

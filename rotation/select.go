@@ -560,6 +560,13 @@ func (s *Selector) Bind(key, id string) {
 	}
 }
 
+// Bound reports whether the conversation with key is bound to an
+// account.
+func (s *Selector) Bound(key string) bool {
+	_, ok := s.affinity.Get(key)
+	return ok
+}
+
 // Next says which account a request without affinity would get now, and
 // why, without recording a pick; index 0 means none.
 func (s *Selector) Next() (int, string) {
