@@ -401,8 +401,12 @@ type Recorded struct {
 	Method   string
 	Path     string
 	RawQuery string
-	Header   http.Header
-	Body     []byte
+	// RawURI is the request target as it came on the wire, escapes and
+	// all (net/http's RequestURI): Path is decoded, so two targets the
+	// backend reads differently (a%2Fb and a/b) record the same Path.
+	RawURI string
+	Header http.Header
+	Body   []byte
 	// Token is the bearer token of the Authorization header, "" when absent.
 	Token string
 	// TLSResumed reports that the request came on a TLS connection that
@@ -889,6 +893,7 @@ func (s *Server) receive(r *http.Request) (body []byte, token string) {
 		Method:     r.Method,
 		Path:       r.URL.Path,
 		RawQuery:   r.URL.RawQuery,
+		RawURI:     r.RequestURI,
 		Header:     r.Header.Clone(),
 		Body:       body,
 		Token:      token,
