@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -189,6 +191,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	defer release()
 	if spec != nil {
 		s.refuse(w, r, *spec, nil)
+		closeAfterAnswer(ctx) // as on every route: what is left of it is not read
 		return
 	}
 	ad := s.adapters.For(a.Kind)
@@ -219,19 +222,71 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	}
 	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
 	if err := rt.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
 		s.passFailed(w, r, way.endpoint, err)
 		return
 	}
-	out := readBodyUpTo(resp, s.cfg.MaxBody)
 	ctx.SetStatusCode(resp.StatusCode())
 	relayHeaders(&ctx.Response.Header, &resp.Header)
 	redactHeaders(&ctx.Response.Header, &sec)
+	// Redacting may change the body's length: it goes chunked, whose end
+	// the client sees, so an answer cut upstream is cut for it too.
 	ctx.Response.Header.Del("Content-Length")
-	ctx.SetBody(redact(out, &sec))
-	s.deps.Log.Info().Str("request_id", r.id).Str("path", rawPath(rest)).Int("account", pool.IndexOf(id)).
-		Int("status", resp.StatusCode()).Msg("backend call passed through")
+	pb := &passBody{redactingReader: redactingReader{sec: sec}, resp: resp, s: s,
+		id: r.id, path: backendPrefix + rawPath(rest), account: pool.IndexOf(id)}
+	if pb.src = resp.BodyStream(); pb.src == nil {
+		ctx.SetBody(redact(resp.Body(), &sec)) // no body, or a HEAD's
+		pb.CloseWithError(nil)
+		return
+	}
+	ctx.SetBodyStream(pb, -1)
+}
+
+// passBody is a passed-through answer's body, read by fasthttp's server
+// after the handler returned: the upstream's bytes, redacted, as they
+// arrive, so an answer of any size streams in bounded memory. fasthttp
+// closes it once the answer is written or the client has gone; it then
+// lets go of the upstream answer and logs the call.
+type passBody struct {
+	redactingReader
+	resp    *fasthttp.Response
+	s       *Server
+	id      string // the request's: the request itself is released by then
+	path    string
+	account int
+}
+
+// Read runs outside the handler's recover: a bug met here is logged and
+// cuts the answer (errPanicked), rather than end the process.
+func (b *passBody) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.s.panicLog(b.id, v).Msg("pass-through panic")
+			b.err, n, err = errPanicked, 0, errPanicked
+		}
+	}()
+	return b.redactingReader.Read(p)
+}
+
+// CloseWithError releases the upstream answer, closing its connection
+// unless it was read to its end, and logs the call's path and status.
+func (b *passBody) CloseWithError(error) error {
+	complete := b.src == nil || errors.Is(b.err, io.EOF)
+	switch {
+	case complete:
+		b.resp.CloseBodyStream()
+	case b.err != nil: // the upstream's failure, or errPanicked
+		closeStream(b.resp, b.err)
+	default:
+		closeStream(b.resp, errClientGone)
+	}
+	status := b.resp.StatusCode()
+	fasthttp.ReleaseResponse(b.resp)
+	b.resp = nil
+	b.s.deps.Log.Info().Str("request_id", b.id).Str("path", b.path).Int("account", b.account).
+		Int("status", status).Bool("complete", complete).Msg("backend call passed through")
+	return nil
 }
 
 // passFailed answers a backend call whose account's endpoint could not
