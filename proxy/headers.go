@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"io"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -93,11 +95,15 @@ func namedIn(list, k []byte) bool {
 	return false
 }
 
+// minSecret is the length from which a value of a secret is redacted:
+// a shorter one (a test's) would be found in ordinary text.
+const minSecret = 8
+
 // redact replaces the account's own secrets wherever an upstream quoted
 // them in an error body, before any of it can reach the client or a log.
 func redact(body []byte, sec *secrets.Secret) []byte {
 	for _, v := range secretValues(sec) {
-		if len(v) >= 8 && bytes.Contains(body, []byte(v)) {
+		if len(v) >= minSecret && bytes.Contains(body, []byte(v)) {
 			body = bytes.ReplaceAll(body, []byte(v), []byte("[redacted]"))
 		}
 	}
@@ -108,7 +114,7 @@ func redact(body []byte, sec *secrets.Secret) []byte {
 // allocating: it runs on every header of every answer.
 func quotes(b []byte, sec *secrets.Secret) bool {
 	for _, v := range secretValues(sec) {
-		if len(v) >= 8 && strings.Contains(unsafe.String(unsafe.SliceData(b), len(b)), v) {
+		if len(v) >= minSecret && strings.Contains(unsafe.String(unsafe.SliceData(b), len(b)), v) {
 			return true
 		}
 	}
@@ -133,4 +139,69 @@ func redactHeaders(h *fasthttp.ResponseHeader, sec *secrets.Secret) {
 	for _, k := range echoed {
 		h.SetBytesV(string(k), redact(h.PeekBytes(k), sec))
 	}
+}
+
+// redactingReader is redact for a body read piece by piece, which may be
+// any size: it holds at most one read of src and the bytes at its end
+// that could begin one of the secrets, so a secret split between two
+// reads is replaced as surely as one inside a read, and everything else
+// is handed on as soon as it arrives (a stream's event is not held back
+// behind the next).
+type redactingReader struct {
+	src io.Reader
+	sec secrets.Secret
+	// buf[off:ready] is redacted and may go; buf[ready:] could still
+	// begin a secret, and waits for the next read.
+	buf        []byte
+	off, ready int
+	err        error // src's, sticky
+}
+
+// redactChunk is what one read of the source asks for.
+const redactChunk = 32 << 10
+
+// Read hands on the next redacted bytes. When src fails, what could
+// begin a secret is dropped, never sent: a secret cut short is a secret
+// still.
+func (r *redactingReader) Read(p []byte) (int, error) {
+	for r.off == r.ready {
+		if r.err != nil {
+			return 0, r.err
+		}
+		r.buf = append(r.buf[:0], r.buf[r.off:]...) // the held bytes first
+		held := len(r.buf)
+		r.buf = slices.Grow(r.buf, redactChunk)
+		n, err := r.src.Read(r.buf[held : held+redactChunk])
+		r.buf, r.err = redact(r.buf[:held+n], &r.sec), err
+		r.off, r.ready = 0, len(r.buf)
+		if err != io.EOF {
+			r.ready -= secretStart(r.buf, &r.sec)
+		}
+	}
+	n := copy(p, r.buf[r.off:r.ready])
+	r.off += n
+	return n, nil
+}
+
+// secretStart is how many bytes at the end of b could begin a value of
+// sec: the longest end of b that is the start of one (shorter than it,
+// for a whole one is redacted already).
+func secretStart(b []byte, sec *secrets.Secret) int {
+	held := 0
+	for _, v := range secretValues(sec) {
+		if len(v) < minSecret {
+			continue
+		}
+		for i := max(0, len(b)-len(v)+1); len(b)-i > held; i++ {
+			j := bytes.IndexByte(b[i:], v[0])
+			if j < 0 {
+				break
+			}
+			if i += j; len(b)-i > held && v[:len(b)-i] == string(b[i:]) {
+				held = len(b) - i
+				break
+			}
+		}
+	}
+	return held
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -166,8 +168,10 @@ const backendPrefix = "/backend-api/"
 
 // passThrough sends a call under /backend-api/ that carries the access
 // token of account id to that account's ChatGPT base, unchanged (method,
-// path, query, body), as that account and through its outbound proxy,
-// and relays the answer. Only its path and status are logged.
+// the request target as the client sent it, body), as that account and
+// through its outbound proxy, and relays the answer. A target
+// backendTarget refuses gets 400 and goes nowhere. Only its path and
+// status are logged.
 func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	w := httpResponder{ctx}
 	pool := s.deps.Selector.Pool()
@@ -176,10 +180,18 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyUnauthorized, Message: guardMessages[rerr.ProxyUnauthorized]}, nil)
 		return
 	}
+	rest, ok := backendTarget(ctx.Request.Header.RequestURI())
+	if !ok {
+		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
+			Message: "rotor does not pass this target through: under " + backendPrefix + " a path must name no . or .. segment, in any encoding"}, nil)
+		closeAfterAnswer(ctx) // its body is not read
+		return
+	}
 	body, release, spec := s.readBody(ctx)
 	defer release()
 	if spec != nil {
 		s.refuse(w, r, *spec, nil)
+		closeAfterAnswer(ctx) // as on every route: what is left of it is not read
 		return
 	}
 	ad := s.adapters.For(a.Kind)
@@ -196,7 +208,9 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(upstreamURL(base, "/"+strings.TrimPrefix(string(ctx.Path()), backendPrefix), ctx.URI().QueryString()))
+	// The upstream client sends the path as given (DisablePathNormalizing),
+	// so the backend reads the target the client wrote.
+	req.SetRequestURI(strings.TrimRight(base, "/") + "/" + rest)
 	req.Header.SetMethodBytes(ctx.Method())
 	copyRequestHeaders(&req.Header, &ctx.Request.Header)
 	if o := ctx.Request.Header.Peek("originator"); len(o) > 0 {
@@ -208,19 +222,71 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	}
 	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
 	if err := rt.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
 		s.passFailed(w, r, way.endpoint, err)
 		return
 	}
-	out := readBodyUpTo(resp, s.cfg.MaxBody)
 	ctx.SetStatusCode(resp.StatusCode())
 	relayHeaders(&ctx.Response.Header, &resp.Header)
 	redactHeaders(&ctx.Response.Header, &sec)
+	// Redacting may change the body's length: it goes chunked, whose end
+	// the client sees, so an answer cut upstream is cut for it too.
 	ctx.Response.Header.Del("Content-Length")
-	ctx.SetBody(redact(out, &sec))
-	s.deps.Log.Info().Str("request_id", r.id).Str("path", string(ctx.Path())).Int("account", pool.IndexOf(id)).
-		Int("status", resp.StatusCode()).Msg("backend call passed through")
+	pb := &passBody{redactingReader: redactingReader{sec: sec}, resp: resp, s: s,
+		id: r.id, path: backendPrefix + rawPath(rest), account: pool.IndexOf(id)}
+	if pb.src = resp.BodyStream(); pb.src == nil {
+		ctx.SetBody(redact(resp.Body(), &sec)) // no body, or a HEAD's
+		pb.CloseWithError(nil)
+		return
+	}
+	ctx.SetBodyStream(pb, -1)
+}
+
+// passBody is a passed-through answer's body, read by fasthttp's server
+// after the handler returned: the upstream's bytes, redacted, as they
+// arrive, so an answer of any size streams in bounded memory. fasthttp
+// closes it once the answer is written or the client has gone; it then
+// lets go of the upstream answer and logs the call.
+type passBody struct {
+	redactingReader
+	resp    *fasthttp.Response
+	s       *Server
+	id      string // the request's: the request itself is released by then
+	path    string
+	account int
+}
+
+// Read runs outside the handler's recover: a bug met here is logged and
+// cuts the answer (errPanicked), rather than end the process.
+func (b *passBody) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.s.panicLog(b.id, v).Msg("pass-through panic")
+			b.err, n, err = errPanicked, 0, errPanicked
+		}
+	}()
+	return b.redactingReader.Read(p)
+}
+
+// CloseWithError releases the upstream answer, closing its connection
+// unless it was read to its end, and logs the call's path and status.
+func (b *passBody) CloseWithError(error) error {
+	complete := b.src == nil || errors.Is(b.err, io.EOF)
+	switch {
+	case complete:
+		b.resp.CloseBodyStream()
+	case b.err != nil: // the upstream's failure, or errPanicked
+		closeStream(b.resp, b.err)
+	default:
+		closeStream(b.resp, errClientGone)
+	}
+	status := b.resp.StatusCode()
+	fasthttp.ReleaseResponse(b.resp)
+	b.resp = nil
+	b.s.deps.Log.Info().Str("request_id", b.id).Str("path", b.path).Int("account", b.account).
+		Int("status", status).Bool("complete", complete).Msg("backend call passed through")
+	return nil
 }
 
 // passFailed answers a backend call whose account's endpoint could not
@@ -229,4 +295,77 @@ func (s *Server) passFailed(w responder, r *request, endpoint string, err error)
 	s.refuse(w, r, rerr.Spec{Code: rerr.PoolExhausted, Status: 503,
 		Message: "cannot reach " + endpoint + " for this account's backend call: " + err.Error(),
 		Extra:   []rerr.Field{{Key: "reason", Value: "network-error"}}}, nil)
+}
+
+// backendTarget is a backend call's request target as the client sent it
+// (raw: no byte decoded or cleaned), after /backend-api/: what goes after
+// the account's base. rotor decodes nothing on the way, so the backend
+// reads the target as it would have come direct; the one difference is
+// the base it is resolved under, so a target that could leave it is
+// refused (ok false): one not under /backend-api/ as sent (fasthttp's
+// routing path is cleaned: /x/../backend-api/y routes here), one with a
+// fragment (cut by the client, never meant for the wire), and one whose
+// path, percent-decoded until it no longer changes, names a . or ..
+// segment. Whoever decodes it how often on the way (a CDN, a gateway, the
+// backend) must not find one: %252e%252e is %2e%2e once decoded and .. twice,
+// and the backend's base would be left for its neighbours (its OpenAI
+// API, its sign-in) with the account's token. A backslash counts as a
+// separator, and a segment ends at a ';', as some servers read them.
+func backendTarget(raw []byte) (rest string, ok bool) {
+	after, ok := bytes.CutPrefix(raw, []byte(backendPrefix))
+	if !ok || bytes.IndexByte(raw, '#') >= 0 {
+		return "", false
+	}
+	path := rawPath(string(raw))
+	for {
+		dec := percentDecode(path)
+		if dec == path {
+			break
+		}
+		path = dec
+	}
+	for seg := range strings.FieldsFuncSeq(path, func(c rune) bool { return c == '/' || c == '\\' }) {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return "", false
+		}
+	}
+	return string(after), true
+}
+
+// rawPath is target without its query.
+func rawPath(target string) string {
+	p, _, _ := strings.Cut(target, "?")
+	return p
+}
+
+// percentDecode decodes every valid %XX escape of s once, leaving the
+// rest as it is (a stray % stays).
+func percentDecode(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	default:
+		return c - 'a' + 10
+	}
 }

@@ -233,3 +233,36 @@ func TestCodexCatalogComesFromAChatGPTAccount(t *testing.T) {
 	// Any other client's list may come from any account.
 	readAll(t, e.do("GET", "/v1/models", ""))
 }
+
+// A backend call goes as its account, with the account's current token,
+// whatever bearer let it in: Codex may still send the token rotor just
+// replaced (its grace, SPEC §14), and the backend no longer takes that
+// one.
+func TestBackendCallsCarryTheCurrentTokenAfterARefresh(t *testing.T) {
+	t.Parallel()
+	e := newChatGPTRefreshEnv(t, []acct{{accounts.KindChatGPT, "c1"}})
+	// Codex calls with the account's token, which rotor so sees as current.
+	readAll(t, e.doAs("c1", "GET", "/backend-api/plugins/list", ""))
+	// The backend then refuses that token, and rotor refreshes the account.
+	e.up.Set("c1", upstreamtest.Behavior{Status: 401})
+	e.auth.AddRefreshToken("r-c1")
+	chatgptExpectOK(t, e.do("POST", "/v1/responses", streamBody))
+	issued := e.auth.Issued()
+	if len(issued) != 1 {
+		t.Fatalf("%d tokens issued, want 1 refresh", len(issued))
+	}
+	// Codex has not read the new token yet: its call, with the old one,
+	// reaches the backend with the new one.
+	before := len(e.up.Requests())
+	resp := e.doAs("c1", "GET", "/backend-api/plugins/list", "")
+	if got := readAll(t, resp); resp.StatusCode != 404 || !strings.Contains(got, "Not Found") {
+		t.Fatalf("the call with the previous token in its grace: %d %s", resp.StatusCode, got)
+	}
+	reqs := e.up.Requests()
+	if len(reqs) != before+1 {
+		t.Fatalf("%d upstream requests for one backend call", len(reqs)-before)
+	}
+	if r := reqs[before]; r.Path != "/backend-api/plugins/list" || r.Token != issued[0].AccessToken {
+		t.Errorf("the backend call reached %s with token %q, want the refreshed %q", r.Path, r.Token, issued[0].AccessToken)
+	}
+}

@@ -167,6 +167,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 		opened:   time.Now(),
 		path:     r.URL.Path,
 		rawQuery: r.URL.RawQuery,
+		rawURI:   r.RequestURI,
 		header:   r.Header.Clone(),
 		resumed:  r.TLS != nil && r.TLS.DidResume,
 		in:       inbox{ready: make(chan struct{}, 1)},
@@ -206,6 +207,7 @@ type socket struct {
 	opened   time.Time // for Behavior.SocketLifetime
 	path     string
 	rawQuery string
+	rawURI   string
 	header   http.Header // the handshake's, recorded with every request
 	resumed  bool        // the connection resumed a TLS session
 
@@ -495,6 +497,7 @@ func (sk *socket) answer(ctx context.Context, m message) bool {
 		Method:   socketMethod,
 		Path:     sk.path,
 		RawQuery: sk.rawQuery,
+		RawURI:   sk.rawURI,
 		Header:   sk.header,
 		Body:     m.data,
 		Token:    sk.token,

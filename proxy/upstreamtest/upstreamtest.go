@@ -387,6 +387,11 @@ type Behavior struct {
 	// state is kept per account, and read with Metered. Its headers win
 	// over Headers for the names it sets.
 	Meter *Meter
+	// Download > 0: a GET of a path under /backend-api/ the fake has no
+	// route for answers 200 with the first Download bytes of Generated,
+	// with its Content-Length, as they are made (a task's log, a file: a
+	// body larger than any buffer), instead of the 404.
+	Download int64
 }
 
 func (b Behavior) contextWindow() int { return cmp.Or(b.ContextWindow, defaultContextWindow) }
@@ -401,8 +406,12 @@ type Recorded struct {
 	Method   string
 	Path     string
 	RawQuery string
-	Header   http.Header
-	Body     []byte
+	// RawURI is the request target as it came on the wire, escapes and
+	// all (net/http's RequestURI): Path is decoded, so two targets the
+	// backend reads differently (a%2Fb and a/b) record the same Path.
+	RawURI string
+	Header http.Header
+	Body   []byte
 	// Token is the bearer token of the Authorization header, "" when absent.
 	Token string
 	// TLSResumed reports that the request came on a TLS connection that
@@ -889,6 +898,7 @@ func (s *Server) receive(r *http.Request) (body []byte, token string) {
 		Method:     r.Method,
 		Path:       r.URL.Path,
 		RawQuery:   r.URL.RawQuery,
+		RawURI:     r.RequestURI,
 		Header:     r.Header.Clone(),
 		Body:       body,
 		Token:      token,
@@ -958,9 +968,59 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, b Behavior, req r
 		writeJSON(w, http.StatusOK, []byte(codexModelsBody))
 	case r.Method == http.MethodGet && path == openaiPrefix+"/models":
 		writeJSON(w, http.StatusOK, []byte(openaiModelsBody))
+	case r.Method == http.MethodGet && b.Download > 0 && strings.HasPrefix(path, chatgptPrefix+"/"):
+		s.serveDownload(w, r, b.Download)
 	default:
 		notFound(w, r.Method, path)
 	}
+}
+
+// serveDownload answers Behavior.Download: n bytes of Generated, written
+// a piece at a time; a client that goes away, or Close, ends it.
+func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request, n int64) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusOK)
+	src, buf := Generated(n), make([]byte, 32<<10)
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.done:
+			return
+		default:
+		}
+		k, err := src.Read(buf)
+		if _, werr := w.Write(buf[:k]); werr != nil || err != nil {
+			return
+		}
+	}
+}
+
+// Generated is n bytes of lines that each say where they are: 16 bytes,
+// the line's number in 15 hex digits and a newline. A byte lost, doubled
+// or moved shows in a comparison; the same n always makes the same
+// bytes.
+func Generated(n int64) io.Reader { return &generated{n: n} }
+
+type generated struct{ off, n int64 }
+
+func (g *generated) Read(p []byte) (int, error) {
+	if g.off >= g.n {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), g.n-g.off)]
+	for i := range p {
+		pos := g.off + int64(i)
+		line, col := pos/16, pos%16
+		if col == 15 {
+			p[i] = '\n'
+		} else {
+			p[i] = "0123456789abcdef"[line>>(4*(14-col))&0xf]
+		}
+	}
+	g.off += int64(len(p))
+	return len(p), nil
 }
 
 // notFound is the 404 of the upstream path falls under.
