@@ -445,6 +445,13 @@ func (s *Server) finish(r *request, e ending) {
 	} else if n := len(r.attempted); n > 0 {
 		id = r.attempted[n-1]
 	}
+	// The account's meter as the answer left it (its headers or
+	// codex.rate_limits events): a full window with credits held means
+	// the backend spent them on this request (SPEC §17).
+	onCredits := false
+	if ch := e.choice; ch != nil && r.counted {
+		onCredits = e.status < 300 && s.runtime().OnCredits(id, ch.Family)
+	}
 	if r.counted && s.deps.Usage != nil {
 		rec := usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,
 			Status: e.status, Code: e.code, Tokens: e.tokens, TTFBMS: e.ttfb.Milliseconds(), DurMS: dur.Milliseconds(),
@@ -453,14 +460,11 @@ func (s *Server) finish(r *request, e ending) {
 			if ch.Family != rotation.MainFamily {
 				rec.Limit = ch.Family
 			}
-			// The account's meter as the answer left it (its headers or
-			// codex.rate_limits events): a full window with credits held
-			// means the backend spent them on this request (SPEC §17).
-			rec.Credits = e.status < 300 && s.runtime().OnCredits(id, ch.Family)
 		}
+		rec.Credits = onCredits
 		s.deps.Usage.Append(rec)
 	}
-	s.metrics.finished(r, &e, id, index, dur)
+	s.metrics.finished(r, &e, id, index, dur, onCredits)
 	s.costs.count(r.model, e.tokens, e.choice, id, index)
 	ev := s.deps.Log.Info()
 	if e.warn {

@@ -27,6 +27,7 @@ type metrics struct {
 	reg       promtext.Registry
 	requests  *promtext.CounterVec
 	tokens    *promtext.CounterVec
+	credits   *promtext.CounterVec
 	ttfb      *promtext.Histogram
 	duration  *promtext.Histogram
 	inFlight  *promtext.Gauge
@@ -62,6 +63,10 @@ type seriesKey struct {
 type series struct {
 	requests              *promtext.Counter
 	input, cached, output *promtext.Counter
+	// account and label name the series' account; onCredits is its
+	// counter of requests served on credits, resolved on the first one.
+	account, label string
+	onCredits      atomic.Pointer[promtext.Counter]
 }
 
 // newMetrics registers rotor's metrics, the pool's gauges (read from sel
@@ -76,6 +81,9 @@ func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
 	m.tokens = r.CounterVec("rotor_tokens_total",
 		"Tokens the upstream reported, by account, model and type (input, cached input, output).",
 		"account", "label", "model", "type")
+	m.credits = r.CounterVec("rotor_credits_requests_total",
+		"Requests an account answered on credits, past a full window's included quota (SPEC §17).",
+		"account", "label")
 	m.ttfb = r.Histogram("rotor_ttfb_seconds",
 		"Time from a request's arrival to the first byte of its answer, for every request an upstream answered (errors included).",
 		[]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120})
@@ -105,11 +113,19 @@ func (m *metrics) started() { m.inFlight.Inc() }
 func (m *metrics) streamOpened() { m.streams.Inc() }
 
 // finished counts r, ended as e after dur, on the account id at index
-// (0: none): called by finish alone.
-func (m *metrics) finished(r *request, e *ending, id string, index int, dur time.Duration) {
+// (0: none), served on credits or not: called by finish alone.
+func (m *metrics) finished(r *request, e *ending, id string, index int, dur time.Duration, onCredits bool) {
 	se := m.series.get(seriesKey{id: id, index: index, status: e.status,
 		model: m.models.name(r.model), code: m.codes.name(e.code)}, m.newSeries)
 	se.requests.Inc()
+	if onCredits {
+		c := se.onCredits.Load()
+		if c == nil {
+			c = m.credits.With(se.account, se.label)
+			se.onCredits.Store(c)
+		}
+		c.Inc()
+	}
 	if t := e.tokens; t != nil {
 		se.input.Add(float64(t.Input))
 		se.cached.Add(float64(t.Cached))
@@ -157,6 +173,7 @@ func (m *metrics) newSeries(k seriesKey, _ int) (*series, bool) {
 		input:    m.tokens.With(account, label, k.model, "input"),
 		cached:   m.tokens.With(account, label, k.model, "cached"),
 		output:   m.tokens.With(account, label, k.model, "output"),
+		account:  account, label: label,
 	}, true
 }
 

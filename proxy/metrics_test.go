@@ -224,7 +224,7 @@ func BenchmarkMetricsFinished(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			m.started()
-			m.finished(r, &end, ch.Account.ID, 1, time.Second)
+			m.finished(r, &end, ch.Account.ID, 1, time.Second, false)
 		}
 	})
 }
@@ -241,4 +241,59 @@ func TestMetricsModelNotUTF8(t *testing.T) {
 		fams, _ := e.scrape() // fails the test if the exposition does not parse
 		return sample(fams, "rotor_requests_total", "model", "gpt-5\uFFFD") == 1
 	})
+}
+
+// /metrics carries the whole meter (SPEC §17): every limit family's
+// windows under a limit label, each account's credit balance, and the
+// requests served on credits, as the upstream counted them.
+func TestMetricsShowTheMeter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}, {accounts.KindChatGPT, "B"}})
+	e.up.Set("A", upstreamtest.Behavior{Meter: &upstreamtest.Meter{Families: []upstreamtest.Family{mainFamily(100)},
+		Credits: &upstreamtest.Credits{Balance: 12.5}, Cost: 0.5}})
+	e.up.Set("B", upstreamtest.Behavior{Meter: &upstreamtest.Meter{Families: []upstreamtest.Family{mainFamily(97), sonicFamily(40)}, Step: 1}})
+	var ur usageReader
+	e.pass(&ur)
+	// B's included quota first; once it is spent, A's credits.
+	for range 6 {
+		e.served("gpt-5-codex")
+	}
+	a := e.up.Metered("cg-A")
+	if a.OnCredits == 0 {
+		t.Fatal("A never served on credits: nothing to count")
+	}
+	var fams map[string]*dto.MetricFamily
+	var raw string
+	eventually(t, 5*time.Second, "6 requests counted", func() bool {
+		fams, raw = e.scrape()
+		return sample(fams, "rotor_requests_total") == 6
+	})
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"rotor_credits_requests_total", []string{"account", "1"}, float64(a.OnCredits)},
+		{"rotor_credits_requests_total", []string{"account", "2"}, 0},
+		{"rotor_account_quota_used_ratio", []string{"account", "1", "limit", "codex", "window", "primary"}, 1},
+		{"rotor_account_quota_used_ratio", []string{"account", "2", "limit", "codex", "window", "primary"}, 1},
+		{"rotor_account_quota_used_ratio", []string{"account", "2", "limit", "codex_bengalfox", "window", "primary"}, 0.4},
+		{"rotor_account_on_credits", []string{"account", "1"}, 1},
+	} {
+		if got := sample(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// The balance the last answer reported: spent below 12.5, at most one
+	// request's cost behind the upstream's own count (headers go first).
+	if got := sample(fams, "rotor_credits_balance", "account", "1"); got >= 12.5 || got < a.Credits.Balance || fams["rotor_credits_balance"] == nil {
+		t.Errorf("rotor_credits_balance{account=1} = %v, want the spent balance (upstream: %v)", got, a.Credits.Balance)
+	}
+	if f := fams["rotor_account_quota_resets_at_seconds"]; f == nil || len(f.Metric) != 3 {
+		t.Errorf("resets_at: one sample per window of every family, want 3:\n%s", raw)
+	}
+	// B reported no credits: no balance, never a zero made up.
+	if strings.Contains(raw, `rotor_credits_balance{account="2"`) {
+		t.Errorf("a balance for account 2, which told none:\n%s", raw)
+	}
 }

@@ -60,6 +60,12 @@ type AccountForecast struct {
 	Outlook       string
 	RunsOutAt     time.Time
 	RunsOutWindow string
+	// OnCredits, LimitReason and FamilyLimits are as in AccountStatus
+	// (SPEC §17): credits spent now, the reached type of the usage limit
+	// it waits on, and its other families' limits.
+	OnCredits    bool
+	LimitReason  string
+	FamilyLimits map[string]time.Time
 }
 
 // ForecastSummary counts the accounts by verdict.
@@ -244,17 +250,27 @@ var cooldownWords = map[string]string{
 
 // detailOf explains a forecast to a person, with the command that helps
 // when one does. The cmd layer shows the wait beside it.
-func detailOf(f *AccountForecast, st *AccountState, deferredWindow string) string {
+func detailOf(f *AccountForecast, st *AccountState, deferredWindow string, policy CreditsPolicy) string {
 	switch {
 	case f.State == SkipDisabled:
 		return fmt.Sprintf("disabled; \"rotor enable %d\" to use it again", f.Index)
 	case f.State == SkipFlagged:
 		r, _ := f.Account.Flagged()
 		return fmt.Sprintf("flagged %s; \"rotor verify-flagged\" re-checks it, or sign in again", r)
+	case f.State == SkipRateLimited && WorkspaceLimit(f.LimitReason):
+		return "usage limit reached (" + f.LimitReason + "): waits for the workspace owner; back when a usage read says it can serve"
+	case f.State == SkipRateLimited && f.LimitReason != "":
+		return "usage limit reached (" + f.LimitReason + "); back when it resets"
 	case f.State == SkipRateLimited:
 		return "usage limit reached; back when it resets"
 	case f.State == SkipCircuitOpen:
 		return "repeated failures opened its circuit; tried again when it closes"
+	case f.Reason == SkipCreditsHeldBack:
+		return "on credits: its included quota is used up and --credits never holds credits back; back when the window resets"
+	case f.OnCredits && f.Verdict == ForecastReady && policy == CreditsSpend:
+		return "on credits: its included quota is used up; spends credits as quota (--credits spend)"
+	case f.OnCredits && f.Verdict == ForecastReady:
+		return "on credits: its included quota is used up; spends credits only when no other account has included quota left"
 	case f.Reason == ReasonQuotaDeferred:
 		return "5% or less left in its " + deferredWindow + " quota window; used only when no other account has headroom"
 	case f.Verdict == ForecastDelayed:
@@ -272,6 +288,7 @@ func (s *Selector) Forecast() Forecast {
 	v := s.cur.Load()
 	now := s.clock.Now()
 	fc := Forecast{At: now, Accounts: make([]AccountForecast, 0, len(v.pool.Accounts))}
+	policy := s.Credits()
 	if id, src, _, ok := s.pinOf(v); ok {
 		if fc.PinnedIndex = v.pool.IndexOf(id); fc.PinnedIndex > 0 {
 			fc.PinSource = src
@@ -296,6 +313,7 @@ func (s *Selector) Forecast() Forecast {
 			Index: r.Index, Account: r.Account, State: r.State, Verdict: verdictOf(r.State),
 			Health: r.Health, Quota: r.Quota, Pinned: fc.PinnedIndex == r.Index,
 			RecentFailures: recentFailures(st, now),
+			OnCredits:      r.OnCredits, LimitReason: r.LimitReason, FamilyLimits: r.FamilyLimits,
 		}
 		f.Risk, f.RiskFactors = risk(riskInput{a: &f.Account, st: st, now: now})
 		switch f.Verdict {
@@ -307,7 +325,12 @@ func (s *Selector) Forecast() Forecast {
 		case ForecastDelayed:
 			f.Reason, f.ReadyAt = r.State, r.Until
 		case ForecastReady:
-			if _, deferred := st.headroom(now); deferred {
+			// An account on credits is judged by the credits policy, not
+			// by its full window's headroom (SPEC §17).
+			if f.OnCredits && policy == CreditsNever {
+				f.Verdict, f.Reason = ForecastDelayed, SkipCreditsHeldBack
+				f.ReadyAt = r.Quota.FullUntil(MainFamily, now)
+			} else if _, deferred := st.headroom(now); deferred && !f.OnCredits {
 				f.Verdict, f.Reason = ForecastDelayed, ReasonQuotaDeferred
 				f.ReadyAt, window = quotaDeferral(st, now)
 			}
@@ -315,7 +338,7 @@ func (s *Selector) Forecast() Forecast {
 		if !f.ReadyAt.IsZero() {
 			f.Wait = f.ReadyAt.Sub(now)
 		}
-		f.Detail = detailOf(&f, st, window)
+		f.Detail = detailOf(&f, st, window, policy)
 		switch f.Verdict {
 		case ForecastReady:
 			fc.Summary.Ready++

@@ -25,6 +25,17 @@ type AccountStatus struct {
 	LastUsed time.Time
 	Quota    *Quota
 	Pinned   bool
+	// LimitReason is the backend's reached type of the usage limit the
+	// account is rate-limited for ("" for an ordinary one, or when it is
+	// not rate-limited); WorkspaceLimit says it waits for a usage read.
+	LimitReason string
+	// FamilyLimits are the usage limits of families other than the main
+	// one that have not ended yet, by family id (SPEC §17): the account
+	// is limited until then for the model that family meters only.
+	FamilyLimits map[string]time.Time
+	// OnCredits: a main window is full and the account holds credits, so
+	// the backend spends them for what it serves now (SPEC §17).
+	OnCredits bool
 }
 
 // Status describes every account of the pool at the selector's clock.
@@ -49,6 +60,15 @@ func (s *Selector) Status() []AccountStatus {
 		if st.Quota != nil {
 			q := *st.Quota
 			as.Quota = &q
+			as.OnCredits = q.OnCredits(MainFamily, now)
+		}
+		for fam, until := range st.FamilyLimits {
+			if until.After(now) {
+				if as.FamilyLimits == nil {
+					as.FamilyLimits = make(map[string]time.Time, len(st.FamilyLimits))
+				}
+				as.FamilyLimits[fam] = until
+			}
 		}
 		flag, flagged := a.Flagged()
 		reason, until := st.Availability(now)
@@ -61,6 +81,9 @@ func (s *Selector) Status() []AccountStatus {
 			as.State, as.Until = reason, until
 			if reason != SkipCircuitOpen && reason != SkipRateLimited {
 				as.Reason = st.CooldownReason
+			}
+			if reason == SkipRateLimited {
+				as.LimitReason = st.LimitReason
 			}
 		case endpointOf != nil:
 			s.unreachable(&as, (*endpointOf)(a), now)

@@ -295,6 +295,18 @@ type listAccount struct {
 	// ResetCredits are the account's banked rate-limit reset credits, as
 	// its backend last reported them; null when unknown (SPEC §15).
 	ResetCredits *int `json:"reset_credits"`
+	// The whole meter (SPEC §17): Credits (null when unknown), OnCredits
+	// (a main window is full and credits are spent now), Workspace (no
+	// windows: the workspace budgets), Families (other limit families
+	// with the model each meters), FamilyLimits (those limited now), and
+	// LimitReason (the backend's reached type of a usage limit).
+	Credits           *view.Credits      `json:"credits"`
+	OnCredits         bool               `json:"on_credits"`
+	Workspace         bool               `json:"workspace"`
+	Families          []view.Family      `json:"families"`
+	FamilyLimits      []view.FamilyLimit `json:"family_limits"`
+	LimitReason       *string            `json:"limit_reason"`
+	WaitsForWorkspace bool               `json:"waits_for_workspace"`
 }
 
 func cmdList(a *app, args []string) error {
@@ -317,12 +329,18 @@ func cmdList(a *app, args []string) error {
 			Accounts           []listAccount `json:"accounts"`
 		}{PinnedAccountIndex: view.IndexOrNil(pool.Pinned())}
 		for _, r := range rows {
-			out.Accounts = append(out.Accounts, listAccount{
+			la := listAccount{
 				Index: r.Index, ID: r.Account.ID, Label: r.Account.Label, Kind: string(r.Account.Kind),
 				Email: r.Account.Email, PlanType: r.Account.PlanType, Enabled: r.Account.Enabled,
 				FlaggedReason: r.Account.FlaggedReason, Pinned: r.Pinned, State: r.State, Until: view.TimeOrNil(r.Until),
 				ProxyURL: r.Account.ProxyURL, ResetCredits: resetCredits(r.Quota),
-			})
+				OnCredits: r.OnCredits, Families: []view.Family{}, FamilyLimits: view.FamilyLimitsOf(r.FamilyLimits, r.Quota),
+				LimitReason: stringOrNil(r.LimitReason), WaitsForWorkspace: rotation.WorkspaceLimit(r.LimitReason),
+			}
+			if q := view.QuotaOf(r.Quota); q != nil {
+				la.Credits, la.Workspace, la.Families = q.Credits, q.Workspace, q.Families
+			}
+			out.Accounts = append(out.Accounts, la)
 		}
 		return a.exportJSON("status", out)
 	}
@@ -332,19 +350,20 @@ func cmdList(a *app, args []string) error {
 	}
 	pal := a.palette()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\t%s\t%s\tRESETS\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tKIND\tEMAIL\tPLAN\t%s\t%s\tRESETS\tCREDITS\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	now := a.now()
 	for _, r := range rows {
 		pin := " "
 		if r.Pinned {
 			pin = "*"
 		}
-		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r, now)), r.Account.Label,
-			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), pal.window(p, now), pal.window(s, now),
-			creditsText(r.Quota))
+		p, s := pal.quotaCells(r.Quota, now)
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, r.Index, pal.state(stateText(r, now)), r.Account.Label,
+			r.Account.Kind, orDash(r.Account.Email), orDash(r.Account.PlanType), p, s,
+			creditsText(r.Quota), creditsCell(r.Quota))
 	}
 	tw.Flush()
+	printMeterNotes(a.stdout, rows, now)
 	if p := pool.Pinned(); p > 0 {
 		fmt.Fprintf(a.stdout, "\n* pinned: every proxy uses only account %d (\"rotor unpin\" to rotate).\n", p)
 	}
@@ -375,8 +394,18 @@ func stateText(r rotation.AccountStatus, now time.Time) string {
 	if r.State == rotation.SkipFlagged && r.Reason != "" {
 		s += ":" + r.Reason
 	}
-	if !r.Until.IsZero() {
+	switch {
+	case rotation.WorkspaceLimit(r.LimitReason):
+		// Its Until is only a bound: a usage read lifts it.
+		s += ": " + limitReasonText(r.LimitReason)
+	case !r.Until.IsZero():
 		s += " for " + accounts.HumanDuration(r.Until.Sub(now))
+		if r.LimitReason != "" {
+			s += " (" + r.LimitReason + ")"
+		}
+	}
+	if r.OnCredits && r.State == "available" {
+		s += ", on credits"
 	}
 	if r.Endpoint != "" {
 		s += " (" + r.Endpoint + ": " + r.Error + ")"

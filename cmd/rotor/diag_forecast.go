@@ -46,6 +46,13 @@ type forecastAccount struct {
 	Outlook       *string `json:"outlook"`
 	RunsOutAt     *string `json:"runs_out_at"`
 	RunsOutWindow *string `json:"runs_out_window"`
+	// The whole meter (SPEC §17; the quota's credits, workspace and
+	// families are in Quota): OnCredits, the usage limits of other
+	// families, and the reached type of the limit it waits on.
+	OnCredits         bool               `json:"on_credits"`
+	FamilyLimits      []view.FamilyLimit `json:"family_limits"`
+	LimitReason       *string            `json:"limit_reason"`
+	WaitsForWorkspace bool               `json:"waits_for_workspace"`
 }
 
 type forecastRates struct {
@@ -112,7 +119,8 @@ func toForecastBody(fc rotation.Forecast) ForecastBody {
 			Index: f.Index, ID: f.Account.ID, Label: f.Account.Label, Kind: string(f.Account.Kind),
 			Verdict: f.Verdict, State: f.State, Detail: f.Detail, ReadyAt: view.TimeOrNil(f.ReadyAt),
 			Risk: f.Risk, RiskFactors: f.RiskFactors, Health: f.Health, RecentFailures: f.RecentFailures,
-			Pinned: f.Pinned,
+			Pinned: f.Pinned, OnCredits: f.OnCredits, FamilyLimits: view.FamilyLimitsOf(f.FamilyLimits, f.Quota),
+			LimitReason: stringOrNil(f.LimitReason), WaitsForWorkspace: rotation.WorkspaceLimit(f.LimitReason),
 		}
 		if f.Reason != "" {
 			r := f.Reason
@@ -207,7 +215,7 @@ func printForecast(w io.Writer, pal palette, fc rotation.Forecast) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tWAIT\tRISK\tLABEL\t%s\t%s\tRUNS OUT\tWHY\n", pal.header("FORECAST"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
+	fmt.Fprintf(tw, "  #\t%s\tWAIT\tRISK\tLABEL\t%s\t%s\tRUNS OUT\tCREDITS\tWHY\n", pal.header("FORECAST"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	now := fc.At
 	for _, f := range fc.Accounts {
 		pin := " "
@@ -215,13 +223,19 @@ func printForecast(w io.Writer, pal palette, fc rotation.Forecast) error {
 			pin = "*"
 		}
 		p, s := windows(f.Quota)
-		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", pin, f.Index, pal.state(f.Verdict), waitText(f), f.Risk,
-			f.Account.Label, pal.window(p, now)+rateText(p, f.PrimaryRate), pal.window(s, now)+rateText(s, f.SecondaryRate),
-			runsOutText(f, now), orDash(f.Detail))
+		pc, sc := pal.quotaCells(f.Quota, now)
+		fmt.Fprintf(tw, "%s %d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", pin, f.Index, pal.state(f.Verdict), waitText(f), f.Risk,
+			f.Account.Label, pc+rateText(p, f.PrimaryRate), sc+rateText(s, f.SecondaryRate),
+			runsOutText(f, now), creditsCell(f.Quota), orDash(f.Detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	rows := make([]rotation.AccountStatus, len(fc.Accounts))
+	for i, f := range fc.Accounts {
+		rows[i] = rotation.AccountStatus{Index: f.Index, Account: f.Account, Quota: f.Quota, FamilyLimits: f.FamilyLimits}
+	}
+	printMeterNotes(w, rows, now)
 	printOutlook(w, fc)
 	s := fc.Summary
 	_, err := fmt.Fprintf(w, "\n%s: %d ready, %d delayed, %d unavailable. RISK is 0-100 (higher fails sooner).\n",

@@ -30,6 +30,13 @@ type usageCounts struct {
 	// CacheHitRate is cached ÷ input tokens, null without input (SPEC §12).
 	CacheHitRate *float64       `json:"cache_hit_rate"`
 	Affinity     affinityCounts `json:"affinity"`
+	// Credits are the requests served on credits, past a full window's
+	// included quota, and their tokens (SPEC §17).
+	Credits creditsCounts `json:"credits"`
+	// FastRequests and FlexRequests count the requests that asked for
+	// the priority service tier (Codex's Fast) and for flex.
+	FastRequests int64 `json:"fast_requests"`
+	FlexRequests int64 `json:"flex_requests"`
 	// Money is the usage in dollars at the report's prices (SPEC §16).
 	Money prices.Sum `json:"money"`
 }
@@ -41,9 +48,17 @@ type affinityCounts struct {
 	Moved int64 `json:"moved"`
 }
 
+// creditsCounts are the requests an account served on credits and their
+// tokens.
+type creditsCounts struct {
+	Requests int64        `json:"requests"`
+	Tokens   usage.Tokens `json:"tokens"`
+}
+
 func toUsageCounts(c *usage.Counts, money prices.Sum) usageCounts {
 	out := usageCounts{Requests: c.Requests, Errors: c.Errors, ErrorsByCode: map[string]int64{},
-		ByStatus: map[string]int64{}, Tokens: c.Tokens, Affinity: affinityCounts{c.AffinityKept, c.AffinityMoved}, Money: money}
+		ByStatus: map[string]int64{}, Tokens: c.Tokens, Affinity: affinityCounts{c.AffinityKept, c.AffinityMoved}, Money: money,
+		Credits: creditsCounts{c.CreditsRequests, c.CreditsTokens}, FastRequests: c.FastRequests, FlexRequests: c.FlexRequests}
 	if rate, ok := c.Tokens.CacheHitRate(); ok {
 		out.CacheHitRate = &rate
 	}
@@ -274,12 +289,15 @@ func indexList(xs []int) string {
 }
 
 // usageCols are the columns of every usage table, after its first.
-const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tCACHE HIT\tOUTPUT\tREASONING\tAFFINITY KEPT/MOVED"
+// ON CREDITS is requests/tokens served on credits (SPEC §17); FAST the
+// requests that asked for the priority tier.
+const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tCACHE HIT\tOUTPUT\tREASONING\tAFFINITY KEPT/MOVED\tON CREDITS REQ/TOK\tFAST"
 
 func usageRow(c *usage.Counts) string {
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s", diagCount(c.Requests), diagCount(c.Errors), diagCount(c.Tokens.Input),
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s/%s\t%s", diagCount(c.Requests), diagCount(c.Errors), diagCount(c.Tokens.Input),
 		diagCount(c.Tokens.Cached), hitRate(&c.Tokens), diagCount(c.Tokens.Output), diagCount(c.Tokens.Reasoning),
-		diagCount(c.AffinityKept), diagCount(c.AffinityMoved))
+		diagCount(c.AffinityKept), diagCount(c.AffinityMoved), diagCount(c.CreditsRequests), diagCount(c.CreditsTokens.Total),
+		diagCount(c.FastRequests))
 }
 
 // hitRate is the prompt cache's hit rate as a percentage, "-" without

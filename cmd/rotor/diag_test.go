@@ -374,8 +374,9 @@ func TestDiagReportCommand(t *testing.T) {
 	now := time.Now().UTC()
 	tok := &usage.Tokens{Input: 1200, Cached: 1000, Output: 300, Reasoning: 100, Total: 1500}
 	for _, u := range []usage.Record{
-		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok, Affinity: usage.AffinityKept},
-		{Time: now.Add(-20 * time.Minute), AccountID: p.Accounts[1].ID, Model: "gpt-5-mini", Status: 200, Code: "stream_interrupted"},
+		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok, Affinity: usage.AffinityKept,
+			Credits: true, Tier: "priority"},
+		{Time: now.Add(-20 * time.Minute), AccountID: p.Accounts[1].ID, Model: "gpt-5-mini", Status: 200, Code: "stream_interrupted", Tier: "flex"},
 		{Time: now.Add(-5 * time.Hour), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200, Tokens: tok, Affinity: usage.AffinityMoved},
 		{Time: now.Add(-2 * 24 * time.Hour), AccountID: "acct_removed", Model: "gpt-5", Status: 502},
 	} {
@@ -412,6 +413,16 @@ func TestDiagReportCommand(t *testing.T) {
 		diagField(t, hour, "by_model", 0, "cache_hit_rate") != 1000.0/1200 {
 		t.Errorf("1h cache hit rates: %v", hour)
 	}
+	// Requests served on credits, with their tokens, and those that asked
+	// for Fast (the priority tier) or Flex, per account (SPEC §17).
+	if c := diagField(t, hour, "by_account", 0, "credits"); diagField(t, c, "requests") != 1.0 || diagField(t, c, "tokens", "total") != 1500.0 ||
+		diagField(t, hour, "by_account", 0, "fast_requests") != 1.0 || diagField(t, hour, "by_account", 0, "flex_requests") != 0.0 {
+		t.Errorf("1h account 1 credits and tiers: %v", diagField(t, hour, "by_account", 0))
+	}
+	if diagField(t, hour, "by_account", 1, "credits", "requests") != 0.0 || diagField(t, hour, "by_account", 1, "flex_requests") != 1.0 ||
+		diagField(t, hour, "total", "fast_requests") != 1.0 {
+		t.Errorf("1h account 2 credits and tiers: %v", diagField(t, hour, "by_account", 1))
+	}
 	if a := diagField(t, v, "usage", "windows", "24h", "total", "affinity"); !maps.Equal(a.(map[string]any), map[string]any{"kept": 1.0, "moved": 1.0}) {
 		t.Errorf("24h affinity: %v", a)
 	}
@@ -425,10 +436,14 @@ func TestDiagReportCommand(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("report: %+v", r)
 	}
-	for _, want := range []string{"Store:", "FORECAST", "Last 1h:", "Last 7d:", "acct_removed (removed)", "stream_interrupted 1", "2400", "CACHE HIT", "83.3%", "AFFINITY KEPT/MOVED"} {
+	for _, want := range []string{"Store:", "FORECAST", "Last 1h:", "Last 7d:", "acct_removed (removed)", "stream_interrupted 1", "2400", "CACHE HIT", "83.3%", "AFFINITY KEPT/MOVED", "ON CREDITS REQ/TOK", "FAST"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, r.stdout)
 		}
+	}
+
+	if !regexp.MustCompile(`(?m)^\s+1 work\s.*\s1/0\s+1/1500\s+1\s`).MatchString(r.stdout) {
+		t.Errorf("report's row of account 1 does not show 1 request (1500 tokens) on credits and 1 Fast:\n%s", r.stdout)
 	}
 
 	// An unreadable store: still a report, without a forecast, and exit 1.

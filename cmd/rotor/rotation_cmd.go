@@ -47,13 +47,17 @@ func cmdRotation(a *app, args []string) error {
 	pal := a.palette()
 	now := a.now()
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\t%s\t%s\tLAST USED\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
+	fmt.Fprintf(tw, "  #\t%s\tLABEL\tHEALTH\t%s\t%s\tLAST USED\tCREDITS\n", pal.header("STATE"), pal.header("PRIMARY QUOTA"), pal.header("SECONDARY QUOTA"))
 	for _, r := range rows {
-		p, s := windows(r.Quota)
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r, now)), r.Account.Label, r.Health,
-			pal.window(p, now), pal.window(s, now), ago(r.LastUsed, now))
+		p, s := pal.quotaCells(r.Quota, now)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Index, pal.state(stateText(r, now)), r.Account.Label, r.Health,
+			p, s, ago(r.LastUsed, now), creditsCell(r.Quota))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printMeterNotes(a.stdout, rows, now)
+	return nil
 }
 
 func ago(t, now time.Time) string {

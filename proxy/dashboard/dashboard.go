@@ -396,6 +396,11 @@ type Tail interface {
 type bucket struct {
 	requests int
 	tokens   usage.Tokens
+	// creditsRequests and creditsTokens are those served on credits
+	// (SPEC §17); fast the requests that asked for the priority tier.
+	creditsRequests int
+	creditsTokens   int64
+	fast            int
 	// money is the bucket's usage at the table's prices, all of it as of
 	// unknown kind (Sum.Unknown): the view tells cost from value by the
 	// account's kind (kindMoney).
@@ -447,6 +452,12 @@ type AccountUsage struct {
 	// SPEC §12) over the last 1 h, 24 h and 7 d; null where no input was
 	// counted.
 	CacheHit CacheHit `json:"cache_hit"`
+	// CreditsRequests24h and CreditsTokens24h are the requests served on
+	// credits over the last 24 h and their tokens, FastRequests24h those
+	// that asked for Fast (SPEC §17).
+	CreditsRequests24h int   `json:"credits_requests_24h"`
+	CreditsTokens24h   int64 `json:"credits_tokens_24h"`
+	FastRequests24h    int   `json:"fast_requests_24h"`
 }
 
 // CacheHit is a hit rate per window, each nil when nothing was sent.
@@ -526,6 +537,9 @@ func (u *Usage) accountView(id string, idx int, now, hour0, day0 time.Time) *Acc
 			a.HourTokens[i] += b.tokens.Total
 			a.TotalRequests += b.requests
 			a.TotalTokens24h += b.tokens.Total
+			a.CreditsRequests24h += b.creditsRequests
+			a.CreditsTokens24h += b.creditsTokens
+			a.FastRequests24h += b.fast
 			day.Add(b.tokens)
 		}
 		if i := int(at.Sub(day0) / (24 * time.Hour)); i >= 0 && i < 7 {
@@ -633,6 +647,15 @@ func addTo(buckets map[string]map[int64]*bucket, id string, start int64, r usage
 	b.requests++
 	if r.Tokens != nil {
 		b.tokens.Add(*r.Tokens)
+	}
+	if r.Credits {
+		b.creditsRequests++
+		if r.Tokens != nil {
+			b.creditsTokens += r.Tokens.Total
+		}
+	}
+	if r.Tier == usage.TierFast {
+		b.fast++
 	}
 	b.money.Merge(money)
 }

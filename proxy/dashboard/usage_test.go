@@ -114,3 +114,37 @@ func TestUsageViewMoney(t *testing.T) {
 		t.Errorf("at prices.json's prices: %+v", m)
 	}
 }
+
+// The page counts, per account over 24 h, the requests served on credits
+// and their tokens, and those that asked for Fast (SPEC §17).
+func TestUsageViewCreditsAndFast(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 30, 0, 0, time.UTC)
+	tok := &usage.Tokens{Input: 100, Output: 10, Total: 110}
+	log := &records{recs: []usage.Record{
+		{Time: now.Add(-10 * time.Minute), AccountID: "a", Status: 200, Tokens: tok, Credits: true, Tier: usage.TierFast},
+		{Time: now.Add(-2 * time.Hour), AccountID: "a", Status: 200, Tokens: tok, Credits: true},
+		{Time: now.Add(-3 * time.Hour), AccountID: "a", Status: 200, Tokens: tok, Tier: usage.TierFlex},
+		{Time: now.Add(-3 * 24 * time.Hour), AccountID: "a", Status: 200, Tokens: tok, Credits: true}, // past 24 h
+		{Time: now.Add(-time.Hour), AccountID: "b", Status: 200, Tokens: tok, Tier: usage.TierFast},
+	}}
+	v := NewUsage(log, time.Second, nil).View(now, map[string]int{"a": 1, "b": 2}, nil)
+	b, err := json.Marshal(v.Accounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	json.Unmarshal(b, &got)
+	if len(got) != 2 {
+		t.Fatalf("accounts %s", b)
+	}
+	for i, want := range []map[string]float64{
+		{"credits_requests_24h": 2, "credits_tokens_24h": 220, "fast_requests_24h": 1},
+		{"credits_requests_24h": 0, "credits_tokens_24h": 0, "fast_requests_24h": 1},
+	} {
+		for k, w := range want {
+			if got[i][k] != w {
+				t.Errorf("account %d: %s = %v, want %v", i+1, k, got[i][k], w)
+			}
+		}
+	}
+}

@@ -28,7 +28,22 @@ type Counts struct {
 	// kept on their conversation's account and those it had to move.
 	AffinityKept  int64
 	AffinityMoved int64
+	// CreditsRequests and CreditsTokens are the requests served on
+	// credits, past a full window's included quota, and their tokens
+	// (SPEC §17).
+	CreditsRequests int64
+	CreditsTokens   Tokens
+	// FastRequests counts the requests that asked for the priority
+	// service tier (Codex's Fast), FlexRequests those that asked for flex.
+	FastRequests int64
+	FlexRequests int64
 }
+
+// Service tiers a usage record may name (Record.Tier).
+const (
+	TierFast = "priority"
+	TierFlex = "flex"
+)
 
 func (c *Counts) add(u *Record) {
 	c.Requests++
@@ -45,6 +60,18 @@ func (c *Counts) add(u *Record) {
 	}
 	if u.Tokens != nil {
 		c.Tokens.Add(*u.Tokens)
+	}
+	if u.Credits {
+		c.CreditsRequests++
+		if u.Tokens != nil {
+			c.CreditsTokens.Add(*u.Tokens)
+		}
+	}
+	switch u.Tier {
+	case TierFast:
+		c.FastRequests++
+	case TierFlex:
+		c.FlexRequests++
 	}
 	switch u.Affinity {
 	case AffinityKept:

@@ -482,3 +482,44 @@ func TestUsageAppendWritesBehind(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Requests served on credits and those that asked for Fast or Flex are
+// counted per account (SPEC §17): what `rotor report` shows.
+func TestUsageSummaryCreditsAndTiers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	tok := &Tokens{Input: 100, Cached: 40, Output: 10, Total: 110}
+	onCredits := usageRec(now.Add(-time.Minute), "a1", "gpt-5", 200, "", tok)
+	onCredits.Credits, onCredits.Tier = true, TierFast
+	noTokens := usageRec(now.Add(-2*time.Minute), "a1", "gpt-5", 200, "", nil)
+	noTokens.Credits = true
+	flex := usageRec(now.Add(-3*time.Minute), "a2", "gpt-5", 200, "", tok)
+	flex.Tier = TierFlex
+	fast := usageRec(now.Add(-4*time.Minute), "a2", "gpt-5", 200, "", tok)
+	fast.Tier = TierFast
+	for _, r := range []Record{onCredits, noTokens, flex, fast, usageRec(now.Add(-5*time.Minute), "a2", "gpt-5", 200, "", tok)} {
+		log.Append(r)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Summarize(dir, now, ReportWindows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := rep.Windows[0]
+	if a1 := hour.ByAccount["a1"]; a1.CreditsRequests != 2 || a1.CreditsTokens != *tok || a1.FastRequests != 1 || a1.FlexRequests != 0 {
+		t.Errorf("a1: credits %d %+v, fast %d flex %d", a1.CreditsRequests, a1.CreditsTokens, a1.FastRequests, a1.FlexRequests)
+	}
+	if a2 := hour.ByAccount["a2"]; a2.CreditsRequests != 0 || a2.CreditsTokens != (Tokens{}) || a2.FastRequests != 1 || a2.FlexRequests != 1 {
+		t.Errorf("a2: credits %d %+v, fast %d flex %d", a2.CreditsRequests, a2.CreditsTokens, a2.FastRequests, a2.FlexRequests)
+	}
+	if hour.Total.CreditsRequests != 2 || hour.Total.FastRequests != 2 || hour.Total.FlexRequests != 1 {
+		t.Errorf("total: %+v", hour.Total)
+	}
+}

@@ -6,6 +6,8 @@
 package view
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
@@ -42,6 +44,28 @@ type Account struct {
 	Health        int     `json:"health"`
 	LastUsed      *string `json:"last_used"`
 	Quota         *Quota  `json:"quota"`
+	// LimitReason is the backend's reached type of the usage limit the
+	// account is rate-limited for (e.g. workspace_owner_credits_depleted),
+	// null for an ordinary one; WaitsForWorkspace says only the
+	// workspace's owner lifts it: the account waits for a usage read that
+	// says it can serve, not for Until (SPEC §17).
+	LimitReason       *string `json:"limit_reason"`
+	WaitsForWorkspace bool    `json:"waits_for_workspace"`
+	// OnCredits: a main window is full and the account holds credits, so
+	// what it serves now spends them.
+	OnCredits bool `json:"on_credits"`
+	// FamilyLimits are the usage limits of the account's other limit
+	// families that have not ended: only their model waits.
+	FamilyLimits []FamilyLimit `json:"family_limits"`
+}
+
+// FamilyLimit is a usage limit of one limit family other than the main
+// one: the model it meters (null when the backend did not name it) waits
+// until Until.
+type FamilyLimit struct {
+	ID    string  `json:"id"`
+	Model *string `json:"model"`
+	Until string  `json:"until"`
 }
 
 // Quota is the last quota snapshot of an account.
@@ -51,6 +75,33 @@ type Quota struct {
 	// ResetCredits are the banked rate-limit reset credits the backend
 	// last reported (SPEC §15); null until a usage read told them.
 	ResetCredits *int `json:"reset_credits"`
+	// Credits are the account's credits, spent once a window is full
+	// (SPEC §17); null until the backend told them.
+	Credits *Credits `json:"credits"`
+	// Workspace: the backend has no windows for the account (a Business,
+	// Enterprise or Edu workspace that budgets instead), not no quota.
+	Workspace bool `json:"workspace"`
+	// Families are the limit families other than the main one, each
+	// metering its own model with its own windows; [] when none.
+	Families []Family `json:"families"`
+}
+
+// Credits are an account's credits as the backend told them.
+type Credits struct {
+	HasCredits bool `json:"has_credits"`
+	Unlimited  bool `json:"unlimited"`
+	// Balance is the backend's decimal string, null when it gave none.
+	Balance *string `json:"balance"`
+}
+
+// Family is one limit family other than the main one: its id ("codex_"
+// prefixed, as Codex names it), the model it meters (null when not
+// named) and its windows.
+type Family struct {
+	ID        string  `json:"id"`
+	Model     *string `json:"model"`
+	Primary   *Window `json:"primary"`
+	Secondary *Window `json:"secondary"`
 }
 
 // Window is one quota window.
@@ -86,6 +137,8 @@ func StatusOf(sel Selector, rows []rotation.AccountStatus) Status {
 			reason := r.Reason
 			av.Reason = &reason
 		}
+		av.LimitReason, av.WaitsForWorkspace = stringOrNil(r.LimitReason), rotation.WorkspaceLimit(r.LimitReason)
+		av.OnCredits, av.FamilyLimits = r.OnCredits, FamilyLimitsOf(r.FamilyLimits, r.Quota)
 		v.Accounts = append(v.Accounts, av)
 	}
 	return v
@@ -96,7 +149,43 @@ func QuotaOf(q *rotation.Quota) *Quota {
 	if q == nil {
 		return nil
 	}
-	return &Quota{Primary: WindowOf(q.Primary), Secondary: WindowOf(q.Secondary), ResetCredits: q.ResetCredits}
+	v := &Quota{Primary: WindowOf(q.Primary), Secondary: WindowOf(q.Secondary), ResetCredits: q.ResetCredits,
+		Credits: CreditsOf(q.Credits), Workspace: q.Workspace, Families: make([]Family, 0, len(q.Families))}
+	for _, f := range q.Families {
+		v.Families = append(v.Families, Family{ID: f.ID, Model: stringOrNil(f.LimitName),
+			Primary: WindowOf(f.Primary), Secondary: WindowOf(f.Secondary)})
+	}
+	return v
+}
+
+// CreditsOf is c as JSON shows it; nil for nil.
+func CreditsOf(c *rotation.Credits) *Credits {
+	if c == nil {
+		return nil
+	}
+	return &Credits{HasCredits: c.HasCredits, Unlimited: c.Unlimited, Balance: stringOrNil(c.Balance)}
+}
+
+// FamilyLimitsOf is limits (by family id) as JSON shows them, by id,
+// each with the model q says its family meters; [] for none.
+func FamilyLimitsOf(limits map[string]time.Time, q *rotation.Quota) []FamilyLimit {
+	out := make([]FamilyLimit, 0, len(limits))
+	for id, until := range limits {
+		fl := FamilyLimit{ID: id, Until: until.UTC().Format(time.RFC3339)}
+		if f := q.Family(id); f != nil {
+			fl.Model = stringOrNil(f.LimitName)
+		}
+		out = append(out, fl)
+	}
+	slices.SortFunc(out, func(a, b FamilyLimit) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+func stringOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // WindowOf is w as JSON shows it; nil for nil.

@@ -57,6 +57,13 @@ function countdown(iso, prefix) {
   return s;
 }
 
+// windowName is a window's length as people say it: 5h, 7d, 90m.
+function windowName(minutes) {
+  if (minutes % 1440 === 0) return minutes / 1440 + "d";
+  if (minutes % 60 === 0) return minutes / 60 + "h";
+  return minutes + "m";
+}
+
 function quota(name, w) {
   const box = el("div", { class: "quota" });
   if (!w) {
@@ -103,8 +110,34 @@ function card(a) {
   row("Last used", el("span", { "data-ago": a.last_used || "" }, ago(a.last_used)));
   row("Cache hit", cacheHit(a.index));
   if (a.quota && a.quota.reset_credits != null) row("Reset credits", String(a.quota.reset_credits));
+  if (a.limit_reason) row("Limit", a.waits_for_workspace ? "waits for the workspace owner (" + a.limit_reason + ")" : a.limit_reason);
+  const cr = a.quota && a.quota.credits;
+  if (cr && (cr.unlimited || cr.balance != null || cr.has_credits)) {
+    row("Credits", (cr.unlimited ? "unlimited" : cr.balance != null ? cr.balance : "yes") + (a.on_credits ? ", on credits now" : ""));
+  }
+  const u = snap.usage.accounts.find((x) => x.index === a.index);
+  if (u && (u.credits_requests_24h || u.fast_requests_24h)) {
+    row("24 h", u.credits_requests_24h + " on credits (" + u.credits_tokens_24h + " tokens), " + u.fast_requests_24h + " Fast");
+  }
   c.append(dl);
-  c.append(quota("Primary", a.quota && a.quota.primary), quota("Secondary", a.quota && a.quota.secondary));
+  if (a.quota && a.quota.workspace && !a.quota.primary && !a.quota.secondary) {
+    c.append(el("div", { class: "quota" }, el("div", {}, "workspace, no windows")));
+  } else {
+    c.append(quota("Primary", a.quota && a.quota.primary), quota("Secondary", a.quota && a.quota.secondary));
+  }
+  const limited = {};
+  for (const l of a.family_limits || []) limited[l.id] = l;
+  for (const f of (a.quota && a.quota.families) || []) {
+    const name = f.model || f.id;
+    if (f.primary) c.append(quota(name + " " + (f.primary.window_minutes ? windowName(f.primary.window_minutes) : "primary"), f.primary));
+    if (f.secondary) c.append(quota(name + " " + (f.secondary.window_minutes ? windowName(f.secondary.window_minutes) : "secondary"), f.secondary));
+    if (limited[f.id]) c.append(el("div", { class: "quota" }, el("div", {}, name + ": usage limit reached, back ", countdown(limited[f.id].until, "in "))));
+    delete limited[f.id];
+  }
+  for (const id in limited) {
+    const l = limited[id];
+    c.append(el("div", { class: "quota" }, el("div", {}, (l.model || l.id) + ": usage limit reached, back ", countdown(l.until, "in "))));
+  }
   const buttons = el("div", { class: "actions" });
   const button = (text, name) => {
     const b = el("button", { type: "button", "data-action": name }, text);
