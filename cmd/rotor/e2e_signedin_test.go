@@ -635,7 +635,7 @@ func TestE2ECodexSignedIn(t *testing.T) {
 		var keys []string
 		l.ForEach(func(k, _ gjson.Result) bool { keys = append(keys, k.Str); return true })
 		slices.Sort(keys)
-		if !slices.Equal(keys, []string{"account", "level", "message", "path", "request_id", "status", "time"}) {
+		if !slices.Equal(keys, []string{"account", "complete", "level", "message", "path", "request_id", "status", "time"}) {
 			t.Errorf("rotor logged more of a backend call than its path and status: %s", l.Raw)
 		}
 	}
