@@ -65,42 +65,50 @@ func (e *env) served(model string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// asker sends one Responses request for model to e, over HTTP or over
+// one socket it keeps, and returns the status and the error object (the
+// body over HTTP, the error frame on a socket) or the final event.
+func asker(t *testing.T, e *env, viaSocket bool) func(model string) (int, string) {
+	if !viaSocket {
+		return e.served
+	}
+	c := e.openSocket()
+	return func(model string) (int, string) {
+		fs := turn(t, c, fmt.Sprintf(`{"type":"response.create","model":%q,"input":"hi"}`, model))
+		last := fs[len(fs)-1].data
+		if gjson.GetBytes(last, "type").Str == "error" {
+			return int(gjson.GetBytes(last, "status").Int()), string(last)
+		}
+		return http.StatusOK, string(last)
+	}
+}
+
+// transports names the two ways in, for subtests.
+var transports = map[bool]string{false: "http", true: "socket"}
+
 // A usage limit of the family that meters one model keeps the account for
 // that model only: other models keep using it. Over HTTP and over a
 // socket.
 func TestAModelLimitKeepsTheAccountForOtherModels(t *testing.T) {
 	t.Parallel()
-	for _, viaSocket := range []bool{false, true} {
-		t.Run(map[bool]string{false: "http", true: "socket"}[viaSocket], func(t *testing.T) {
+	for viaSocket, name := range transports {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}})
 			e.up.Set("A", upstreamtest.Behavior{Meter: &upstreamtest.Meter{Families: []upstreamtest.Family{mainFamily(10), sonicFamily(100)}}})
-			var ask func(model string) (ok bool, body string)
-			if viaSocket {
-				c := e.openSocket()
-				ask = func(model string) (bool, string) {
-					fs := turn(t, c, fmt.Sprintf(`{"type":"response.create","model":%q,"input":"hi"}`, model))
-					last := fs[len(fs)-1].data
-					return gjson.GetBytes(last, "type").Str == "response.completed", string(last)
-				}
-			} else {
-				ask = func(model string) (bool, string) {
-					code, body := e.served(model)
-					return code == http.StatusOK, body
-				}
-			}
-			if ok, body := ask(sonicModel); ok || !strings.Contains(body, "usage_limit") {
+			ask := asker(t, e, viaSocket)
+			if code, body := ask(sonicModel); code == http.StatusOK || !strings.Contains(body, "usage_limit") {
 				t.Fatalf("the spent model was served: %s", body)
 			}
 			st := e.state(1)
 			if lim := st.FamilyLimits["codex_bengalfox"]; !lim.After(time.Now().Add(time.Hour)) || !st.RateLimitedUntil.IsZero() {
 				t.Fatalf("limits after the model's 429: family %v, main %v; want the family's only, until its reset", st.FamilyLimits, st.RateLimitedUntil)
 			}
-			if ok, body := ask("gpt-5-codex"); !ok {
+			if code, body := ask("gpt-5-codex"); code != http.StatusOK {
 				t.Fatalf("another model was refused: %s", body)
 			}
-			if ok, body := ask(sonicModel); ok || !strings.Contains(body, "limit codex_bengalfox") {
-				t.Fatalf("the spent model again: %s; want rotor's 429 naming its limit", body)
+			if code, body := ask(sonicModel); code != http.StatusTooManyRequests || !strings.Contains(body, "limit codex_bengalfox") {
+				t.Fatalf("the spent model again: %d %s; want rotor's 429 naming its limit", code, body)
 			}
 			if n := e.up.Metered("cg-A").Refused; n != 1 {
 				t.Errorf("the upstream refused %d requests; rotor should have asked it once", n)
@@ -191,20 +199,24 @@ func TestCreditsLastResort(t *testing.T) {
 // spent.
 func TestCreditsNever(t *testing.T) {
 	t.Parallel()
-	e := creditsPool(t, rotation.CreditsNever)
-	e.sel.Runtime().RateLimited(e.id(2), time.Now().Add(3*time.Hour))
-	resp := e.do("POST", "/v1/responses", responsesBody("gpt-5-codex"))
-	body := readAll(t, resp)
-	if resp.StatusCode != http.StatusTooManyRequests || gjson.Get(body, "error.credits_held_back").Bool() != true ||
-		!strings.Contains(gjson.Get(body, "error.message").Str, "credits were held back") {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	reset := gjson.Get(body, "error.resets_in_seconds").Int()
-	if reset < 3500 || reset > 3600 {
-		t.Errorf("resets in %d s; want A's window, about an hour", reset)
-	}
-	if a := e.up.Metered("cg-A"); a.Served != 0 || a.Credits.Balance != 12.5 {
-		t.Errorf("A served %d, balance %.2f: credits were spent", a.Served, a.Credits.Balance)
+	for viaSocket, name := range transports {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := creditsPool(t, rotation.CreditsNever)
+			e.sel.Runtime().RateLimited(e.id(2), time.Now().Add(3*time.Hour))
+			code, body := asker(t, e, viaSocket)("gpt-5-codex")
+			if code != http.StatusTooManyRequests || gjson.Get(body, "error.credits_held_back").Bool() != true ||
+				!strings.Contains(gjson.Get(body, "error.message").Str, "credits were held back") {
+				t.Fatalf("%d %s", code, body)
+			}
+			reset := gjson.Get(body, "error.resets_in_seconds").Int()
+			if reset < 3500 || reset > 3600 {
+				t.Errorf("resets in %d s; want A's window, about an hour", reset)
+			}
+			if a := e.up.Metered("cg-A"); a.Served != 0 || a.Credits.Balance != 12.5 {
+				t.Errorf("A served %d, balance %.2f: credits were spent", a.Served, a.Credits.Balance)
+			}
+		})
 	}
 }
 
@@ -236,6 +248,28 @@ func TestCreditsLastResortOverASocket(t *testing.T) {
 	if a := e.up.Metered("cg-A"); a.Served != 0 {
 		t.Fatalf("A served %d frames on credits while B had quota", a.Served)
 	}
+	// B's window fills; the next frames go to A's credits, and their
+	// records say so.
+	for i := range 3 {
+		fs := turn(t, c, `{"type":"response.create","model":"gpt-5-codex","input":"hi"}`)
+		if last := gjson.GetBytes(fs[len(fs)-1].data, "type").Str; last != "response.completed" {
+			t.Fatalf("turn %d after B filled: %v", i+4, types(fs))
+		}
+	}
+	a := e.up.Metered("cg-A")
+	if a.OnCredits == 0 {
+		t.Fatal("A never served once B was spent")
+	}
+	eventually(t, 5*time.Second, "six usage records", func() bool { return len(e.records()) == 6 })
+	onCredits := 0
+	for _, r := range e.records() {
+		if r.Credits {
+			onCredits++
+		}
+	}
+	if onCredits != a.OnCredits {
+		t.Errorf("%d records say credits; the upstream spent credits on %d frames", onCredits, a.OnCredits)
+	}
 }
 
 // A workspace account has no windows: shown as such, never as no quota.
@@ -243,57 +277,73 @@ func TestCreditsLastResortOverASocket(t *testing.T) {
 // a usage read that says it can serve, and the 429 names the reason.
 func TestAWorkspaceLimitWaitsForAUsageRead(t *testing.T) {
 	t.Parallel()
-	e, clk, _ := frozenEnv(t, []acct{{accounts.KindChatGPT, "W"}})
-	m := &upstreamtest.Meter{Workspace: true, ReachedType: "workspace_owner_credits_depleted"}
-	e.up.Set("W", upstreamtest.Behavior{Meter: m})
-	if code, _ := e.served("gpt-5-codex"); code != http.StatusTooManyRequests {
-		t.Fatalf("status %d", code)
-	}
-	st := e.state(1)
-	if st.LimitReason != "workspace_owner_credits_depleted" || st.RateLimitedUntil.Before(clk.Now().Add(24*time.Hour)) {
-		t.Fatalf("state %+v; want the reason, waiting for a read", st)
-	}
-	resp := e.do("POST", "/v1/responses", responsesBody("gpt-5-codex"))
-	body := readAll(t, resp)
-	if resp.StatusCode != http.StatusTooManyRequests || gjson.Get(body, "error.rate_limit_reached_type").Str != "workspace_owner_credits_depleted" ||
-		!strings.Contains(gjson.Get(body, "error.message").Str, "workspace's owner") {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	// A read while the owner has not lifted it changes nothing.
-	var ur usageReader
-	e.pass(&ur)
-	if st := e.state(1); st.RateLimitedUntil.IsZero() {
-		t.Fatal("lifted before the owner did")
-	}
-	if q := e.state(1).Quota; q == nil || !q.Workspace || q.Primary != nil {
-		t.Fatalf("quota %+v; want a workspace with no windows", q)
-	}
-	// The owner lifts it; the next read lets the account serve.
-	m.ReachedType = ""
-	e.up.Set("W", upstreamtest.Behavior{Meter: m})
-	clk.Advance(usageEvery + usageJitter)
-	e.pass(&ur)
-	if st := e.state(1); !st.RateLimitedUntil.IsZero() || st.LimitReason != "" {
-		t.Fatalf("after the owner lifted it: %+v", st)
-	}
-	if code, body := e.served("gpt-5-codex"); code != http.StatusOK {
-		t.Fatalf("%d %s", code, body)
+	for viaSocket, name := range transports {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e, clk, _ := frozenEnv(t, []acct{{accounts.KindChatGPT, "W"}})
+			m := &upstreamtest.Meter{Workspace: true, ReachedType: "workspace_owner_credits_depleted"}
+			e.up.Set("W", upstreamtest.Behavior{Meter: m})
+			ask := asker(t, e, viaSocket)
+			if code, body := ask("gpt-5-codex"); code != http.StatusTooManyRequests {
+				t.Fatalf("status %d %s", code, body)
+			}
+			st := e.state(1)
+			if st.LimitReason != "workspace_owner_credits_depleted" || st.RateLimitedUntil.Before(clk.Now().Add(24*time.Hour)) {
+				t.Fatalf("state %+v; want the reason, waiting for a read", st)
+			}
+			code, body := ask("gpt-5-codex")
+			if code != http.StatusTooManyRequests || gjson.Get(body, "error.rate_limit_reached_type").Str != "workspace_owner_credits_depleted" ||
+				!strings.Contains(gjson.Get(body, "error.message").Str, "workspace's owner") {
+				t.Fatalf("%d %s", code, body)
+			}
+			// A read while the owner has not lifted it changes nothing.
+			var ur usageReader
+			e.pass(&ur)
+			if st := e.state(1); st.RateLimitedUntil.IsZero() {
+				t.Fatal("lifted before the owner did")
+			}
+			if q := e.state(1).Quota; q == nil || !q.Workspace || q.Primary != nil {
+				t.Fatalf("quota %+v; want a workspace with no windows", q)
+			}
+			// The owner lifts it; the next read lets the account serve.
+			m.ReachedType = ""
+			e.up.Set("W", upstreamtest.Behavior{Meter: m})
+			clk.Advance(usageEvery + usageJitter)
+			e.pass(&ur)
+			if st := e.state(1); !st.RateLimitedUntil.IsZero() || st.LimitReason != "" {
+				t.Fatalf("after the owner lifted it: %+v", st)
+			}
+			if code, body := ask("gpt-5-codex"); code != http.StatusOK {
+				t.Fatalf("%d %s", code, body)
+			}
+		})
 	}
 }
 
 // The tier asked for is kept in the usage record.
 func TestTheTierIsRecorded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}})
-	e.up.Set("A", upstreamtest.Behavior{Meter: &upstreamtest.Meter{}})
-	resp := e.do("POST", "/v1/responses", `{"model":"gpt-5-codex","stream":true,"input":"hi","service_tier":"priority"}`)
-	readAll(t, resp)
-	recs := e.records()
-	if len(recs) != 1 || recs[0].Tier != "priority" {
-		t.Fatalf("records %+v", recs)
-	}
-	if n := e.up.Metered("cg-A").Tiers["priority"]; n != 1 {
-		t.Errorf("the upstream saw %d priority requests: the tier was not forwarded", n)
+	for viaSocket, name := range transports {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}})
+			e.up.Set("A", upstreamtest.Behavior{Meter: &upstreamtest.Meter{}})
+			if viaSocket {
+				fs := turn(t, e.openSocket(), `{"type":"response.create","model":"gpt-5-codex","input":"hi","service_tier":"priority"}`)
+				if last := gjson.GetBytes(fs[len(fs)-1].data, "type").Str; last != "response.completed" {
+					t.Fatalf("%v", types(fs))
+				}
+			} else {
+				readAll(t, e.do("POST", "/v1/responses", `{"model":"gpt-5-codex","stream":true,"input":"hi","service_tier":"priority"}`))
+			}
+			eventually(t, 5*time.Second, "the usage record", func() bool { return len(e.records()) == 1 })
+			if recs := e.records(); recs[0].Tier != "priority" {
+				t.Fatalf("records %+v", recs)
+			}
+			if n := e.up.Metered("cg-A").Tiers["priority"]; n != 1 {
+				t.Errorf("the upstream saw %d priority requests: the tier was not forwarded", n)
+			}
+		})
 	}
 }
 
