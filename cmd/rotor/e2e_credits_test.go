@@ -14,8 +14,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +21,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -32,35 +29,7 @@ const e2eSonic = "gpt-5.2-codex-sonic"
 
 func TestE2ECodexCredits(t *testing.T) {
 	w, codex, auth := newE2ESignedInWorld(t)
-	codexHome := ""
-	for _, kv := range w.env {
-		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
-			codexHome = v
-		}
-	}
-	data, err := os.ReadFile(filepath.Join(e2eRoot(t), "testdata", "jwt", "codex_auth.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(codexHome, "auth.json"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	own, err := accounts.ReadCodexAuth(filepath.Join(codexHome, "auth.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth.AddRefreshToken(own.RefreshToken)
-	if r := w.rotor(30*time.Second, "", "import", "codex"); r.code != 0 {
-		t.Fatalf("rotor import codex: %v", r)
-	}
-	otherHome := filepath.Join(filepath.Dir(codexHome), "other-codex-home")
-	other := e2eSignedInAuth(t, otherHome, e2eSignedInOther)
-	auth.AddRefreshToken(other.RefreshToken)
-	w.setenv("CODEX_HOME", otherHome)
-	if r := w.rotor(30*time.Second, "", "import", "codex"); r.code != 0 {
-		t.Fatalf("rotor import codex (the second login): %v", r)
-	}
-	w.setenv("CODEX_HOME", codexHome)
+	_, own, other := e2eTwoSignedIn(t, w, auth)
 
 	// Codex's own account: its five-hour window used up, 12.50 of credits.
 	// The other: 10% used. Both meter the sonic model on its own.

@@ -292,12 +292,12 @@ func newE2ESignedInWorld(t *testing.T) (w *e2eWorld, codex string, auth *oauthte
 	return w, filepath.Join(cache, "node_modules", ".bin", "codex"), auth
 }
 
-func TestE2ECodexSignedIn(t *testing.T) {
-	w, codex, auth := newE2ESignedInWorld(t)
-
-	// Codex's own login (account 1), then another ChatGPT login imported
-	// from its own Codex home (account 2).
-	codexHome := ""
+// e2eTwoSignedIn signs Codex in with its own ChatGPT login and imports
+// it (account 1), then imports another ChatGPT login from a Codex home of
+// its own (account 2); both refresh against auth. It returns Codex's home
+// (CODEX_HOME again) and the two logins.
+func e2eTwoSignedIn(t *testing.T, w *e2eWorld, auth *oauthtest.Server) (codexHome string, own, other accounts.CodexTokens) {
+	t.Helper()
 	for _, kv := range w.env {
 		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
 			codexHome = v
@@ -310,8 +310,7 @@ func TestE2ECodexSignedIn(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(codexHome, "auth.json"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	own, err := accounts.ReadCodexAuth(filepath.Join(codexHome, "auth.json"))
-	if err != nil {
+	if own, err = accounts.ReadCodexAuth(filepath.Join(codexHome, "auth.json")); err != nil {
 		t.Fatal(err)
 	}
 	auth.AddRefreshToken(own.RefreshToken)
@@ -319,13 +318,20 @@ func TestE2ECodexSignedIn(t *testing.T) {
 		t.Fatalf("rotor import codex: %v", r)
 	}
 	otherHome := filepath.Join(filepath.Dir(codexHome), "other-codex-home")
-	other := e2eSignedInAuth(t, otherHome, e2eSignedInOther)
+	other = e2eSignedInAuth(t, otherHome, e2eSignedInOther)
 	auth.AddRefreshToken(other.RefreshToken)
 	w.setenv("CODEX_HOME", otherHome)
 	if r := w.rotor(30*time.Second, "", "import", "codex"); r.code != 0 {
 		t.Fatalf("rotor import codex (the second login): %v", r)
 	}
 	w.setenv("CODEX_HOME", codexHome)
+	return codexHome, own, other
+}
+
+func TestE2ECodexSignedIn(t *testing.T) {
+	w, codex, auth := newE2ESignedInWorld(t)
+
+	codexHome, own, other := e2eTwoSignedIn(t, w, auth)
 	accountOf := map[string]string{own.AccessToken: own.AccountID, other.AccessToken: other.AccountID}
 	nameOf := map[string]string{own.AccessToken: "Codex's own account", other.AccessToken: "the other account"}
 
