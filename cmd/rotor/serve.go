@@ -62,7 +62,7 @@ func (o *proxyOptions) register(fs *flag.FlagSet, serve bool) {
 	fs.IntVar(&o.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "most accounts tried for one request")
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", proxy.DefaultStallTimeout, "cut a stream after this long without a byte")
 	fs.DurationVar(&o.respTimeout, "response-timeout", proxy.DefaultResponseTimeout, "wait this long for an upstream answer to start")
-	fs.StringVar(&o.credits, "credits", "", "when an account's credits may be spent: last-resort (only when no account has included quota left; the default), never, or spend (as quota); also ROTOR_CREDITS")
+	fs.StringVar(&o.credits, "credits", "", "spend accounts' credits under `POLICY`: last-resort (only when no account has included quota left), never, or spend (credits count as quota) (default last-resort, or ROTOR_CREDITS)")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto, json or console")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -174,7 +174,7 @@ func (a *app) creditsPolicy(flagValue string) (rotation.CreditsPolicy, error) {
 	}
 	p, err := rotation.ParseCreditsPolicy(v)
 	if err != nil {
-		return "", rerr.Validation(name, err.Error())
+		return "", rerr.Validation(name, name+": "+err.Error())
 	}
 	return p, nil
 }

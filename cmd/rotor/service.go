@@ -100,7 +100,7 @@ func (a *app) serviceSpec(h *serviceHost, kind serviceKind) (serviceSpec, error)
 	file, logDir := kind.paths(a.getenv)
 	credits := a.getenv("ROTOR_CREDITS")
 	if _, err := rotation.ParseCreditsPolicy(credits); err != nil {
-		return serviceSpec{}, rerr.Validation("ROTOR_CREDITS", err.Error())
+		return serviceSpec{}, rerr.Validation("ROTOR_CREDITS", "ROTOR_CREDITS: "+err.Error())
 	}
 	return serviceSpec{Binary: bin, Home: dir, Secrets: a.getenv("ROTOR_SECRETS"), Credits: credits, File: file, LogDir: logDir,
 		Label: serviceLabel, UID: h.uid}, nil
