@@ -412,3 +412,27 @@ func TestCodexStatusShowsFamiliesAndThePoolsCredits(t *testing.T) {
 		t.Errorf("no codex.rate_limits event reached the client: %v", types(fs))
 	}
 }
+
+// The tier and the routing hint go upstream as the client sent them:
+// over HTTP, and from a socket's frame served over HTTP (SPEC §17).
+func TestTheTierAndRoutingHintAreForwarded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}})
+	overHTTP(e, nil)
+	readAll(t, e.do("POST", "/v1/responses", `{"model":"gpt-5-codex","stream":true,"input":"hi","service_tier":"flex"}`,
+		"x-codex-routing-hint", "hint-1"))
+	c := e.openSocket("x-codex-routing-hint", "hint-2")
+	fs := turn(t, c, `{"type":"response.create","model":"gpt-5-codex","input":"hi","service_tier":"priority"}`)
+	if last := gjson.GetBytes(fs[len(fs)-1].data, "type").Str; last != "response.completed" {
+		t.Fatalf("%v", types(fs))
+	}
+	var got []string
+	for _, r := range e.up.Requests() {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/responses") {
+			got = append(got, gjson.GetBytes(r.Body, "service_tier").Str+" "+r.Header.Get("x-codex-routing-hint"))
+		}
+	}
+	if want := []string{"flex hint-1", "priority hint-2"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("upstream got tier and hint %q, want %q", got, want)
+	}
+}
