@@ -69,8 +69,8 @@ func proxyCommands() map[string]command {
 func accountCommands() map[string]command {
 	return map[string]command{
 		"login": {cmdLogin, "Accounts", "login [--device] [--no-browser] [--label L] [--proxy URL]",
-			"Add a ChatGPT account by signing in.",
-			"rotor login --label personal"},
+			"Add a ChatGPT account by signing in; the page asks which account, so run it once per account.",
+			"rotor login --label personal\nrotor login          # again, signing in with the next account"},
 		"import": {cmdImport, "Accounts", "import codex [--file PATH] [--label L] [--unlink] [--proxy URL]",
 			"Add the ChatGPT account Codex CLI is logged in with, linked to its auth.json so both share one refresh.",
 			"rotor import codex"},
