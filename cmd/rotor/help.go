@@ -61,7 +61,7 @@ func proxyCommands() map[string]command {
 			"rotor alias set gpt-4o gpt-5 --kind chatgpt\nrotor alias list\nrotor alias rm gpt-4o"},
 		"codex": {cmdCodex, "Proxy", "codex link [--url URL] | unlink",
 			"Point Codex CLI, signed in with ChatGPT as it is, at rotor: two settings in its config.toml (unlink removes them).",
-			"rotor codex link     # then run codex as always\nrotor codex unlink"},
+			"rotor service install   # or rotor serve, kept running\nrotor codex link        # then run codex as always\nrotor codex unlink"},
 	}
 }
 
