@@ -101,7 +101,10 @@ func NewState() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// AuthorizeURL is the URL the user opens to sign in.
+// AuthorizeURL is the URL the user opens to sign in. It asks for a fresh
+// login (prompt=login): a browser already signed in to ChatGPT would
+// otherwise answer at once with that account, and a second "rotor login"
+// could never add a second account.
 func (c *Client) AuthorizeURL(p PKCE, state, redirect string) string {
 	q := url.Values{
 		"response_type":              {"code"},
@@ -112,6 +115,7 @@ func (c *Client) AuthorizeURL(p PKCE, state, redirect string) string {
 		"code_challenge_method":      {"S256"},
 		"id_token_add_organizations": {"true"},
 		"codex_cli_simplified_flow":  {"true"},
+		"prompt":                     {"login"},
 		"state":                      {state},
 	}
 	return c.Base + "/oauth/authorize?" + q.Encode()

@@ -81,6 +81,7 @@ func checkAuthorizeURL(t *testing.T, base, raw, wantRedirect string) url.Values 
 		"code_challenge_method":      "S256",
 		"id_token_add_organizations": "true",
 		"codex_cli_simplified_flow":  "true",
+		"prompt":                     "login",
 	}
 	for k, v := range want {
 		if q.Get(k) != v {
@@ -178,6 +179,54 @@ func TestLoginCallbackSignsInWithPKCE(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "/oauth/authorize?") {
 		t.Errorf("the URL was not shown: %q", out.String())
+	}
+}
+
+// A browser still signed in to one account adds another: rotor asks for a
+// fresh login, and the fake, playing a signed-in browser, answers a request
+// that does not ask for one with the account it is signed in to.
+func TestLoginCallbackAddsAnotherAccountFromASignedInBrowser(t *testing.T) {
+	t.Parallel()
+	auth := startAuth(t)
+	bob := oauthtest.Identity{Email: "bob@example.com", AccountID: "acc-bob", PlanType: "pro"}
+	auth.SignInNext(oauthtest.DefaultIdentity, bob)
+	c := oauth.NewClient(auth.URL())
+	signIn := func(u string) error {
+		resp, err := browser.Get(consent(t, u).String())
+		if err != nil {
+			t.Errorf("callback: %v", err)
+			return nil
+		}
+		resp.Body.Close()
+		return nil
+	}
+	for _, want := range []oauthtest.Identity{oauthtest.DefaultIdentity, bob} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		tok, err := c.LoginCallback(ctx, "127.0.0.1:0", signIn, io.Discard)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := tok.Identity(); id.Email != want.Email || id.ChatGPTAccountID != want.AccountID {
+			t.Fatalf("signed in as %+v, want %+v", id, want)
+		}
+	}
+
+	// Without prompt=login the browser's session (now bob) answers, and
+	// the account queued next is not signed in.
+	auth.SignInNext(oauthtest.DefaultIdentity)
+	p := oauth.NewPKCE()
+	u, _ := url.Parse(c.AuthorizeURL(p, oauth.NewState(), "http://localhost:1/auth/callback"))
+	q := u.Query()
+	q.Del("prompt")
+	u.RawQuery = q.Encode()
+	code := consent(t, u.String()).Query().Get("code")
+	tok, err := c.Exchange(context.Background(), code, p.Verifier, "http://localhost:1/auth/callback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := tok.Identity(); id.ChatGPTAccountID != bob.AccountID {
+		t.Errorf("an authorize request without prompt=login signed in %+v, want the session's bob", id)
 	}
 }
 

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -116,6 +118,12 @@ func cmdImport(a *app, args []string) error {
 	}
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs // the link must not depend on the directory serve runs in
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		// The usual cause is a Codex that never signed in here: say what
+		// to run, not the open(2) error.
+		return rerr.Validation("file", "Codex CLI is not logged in: there is no "+path+". Run \"codex login\" first "+
+			"(sign in with ChatGPT), then \"rotor import codex\" again; or sign in with rotor itself: \"rotor login\".")
 	}
 	tok, err := accounts.ReadCodexAuth(path)
 	if err != nil {

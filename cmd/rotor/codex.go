@@ -3,8 +3,11 @@ package main
 import (
 	"fmt"
 	"maps"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
@@ -42,7 +45,9 @@ func cmdCodex(a *app, args []string) error {
 }
 
 // codexLink writes the two settings, for the serve at root (a base URL
-// without /v1) or, when root is empty, the running or stable serve.
+// without /v1) or, when root is empty, the running or stable serve. The
+// link is written either way; when nothing listens at root, stderr says
+// so and how to start a serve, since Codex would fail to connect.
 func (a *app) codexLink(path, root string) error {
 	if root == "" {
 		root = fmt.Sprintf("http://127.0.0.1:%d", home.DefaultPort)
@@ -65,8 +70,40 @@ func (a *app) codexLink(path, root string) error {
 	} else {
 		fmt.Fprintf(a.stdout, "Codex already goes through rotor at %s (%s).\n", root, path)
 	}
+	a.checkServeListening(root)
 	a.checkCodexLogin()
 	return nil
+}
+
+// checkServeListening says, on stderr, when nothing listens at root (the
+// serve's base URL): the link is right, but Codex cannot connect until a
+// serve runs there. A listener that answers is taken for the serve; rotor
+// does not hold the client key to ask it more.
+func (a *app) checkServeListening(root string) {
+	u, err := url.Parse(root)
+	if err != nil || u.Host == "" {
+		return // LinkCodexConfig took it; nothing to dial
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), port), 2*time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	fmt.Fprintf(a.stderr, "rotor: no rotor serve is listening at %s yet, so Codex cannot connect: ", root)
+	if port == fmt.Sprint(home.DefaultPort) {
+		fmt.Fprintln(a.stderr, "start one with \"rotor serve\" (and keep it running), or \"rotor service install\" to run it now and at every login.")
+		return
+	}
+	// The service runs on the default port only: it needs a link of its own.
+	fmt.Fprintf(a.stderr, "start one with \"rotor serve --port %s\" (and keep it running); or \"rotor service install\" runs one now "+
+		"and at every login on port %d, and \"rotor codex link\" then points Codex at it.\n", port, home.DefaultPort)
 }
 
 // codexBases are the two base URLs of the serve at root.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +42,7 @@ func TestCodexLinkAndUnlink(t *testing.T) {
 		t.Errorf("second link said: %v", r)
 	}
 	h.ok("", "import", "codex")
-	if r := h.ok("", "codex", "link"); r.stderr != "" {
+	if r := h.ok("", "codex", "link"); strings.Contains(r.stderr, "signed in") || strings.Contains(r.stderr, "import") {
 		t.Errorf("link with the login in the pool warned: %q", r.stderr)
 	}
 	// Unlink gives the file back; twice changes nothing.
@@ -77,5 +79,63 @@ func TestCodexOverridesFollowTheSignIn(t *testing.T) {
 	}
 	if codexOverrides("python3", "http://x/v1", true) != nil {
 		t.Error("another command got overrides")
+	}
+}
+
+// "rotor codex link" with no serve at the URL it wrote still links (exit
+// 0), and says on stderr that Codex cannot connect until a serve runs
+// there, and how to start one; with a serve listening it says nothing of it.
+func TestCodexLinkSaysWhenNoServeListens(t *testing.T) {
+	t.Parallel()
+	h := newHome(t)
+	codexHome := filepath.Join(t.TempDir(), "codex")
+	h.setenv("CODEX_HOME", codexHome)
+	cfg := filepath.Join(codexHome, "config.toml")
+
+	// A port nothing listens on any more.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	root := fmt.Sprintf("http://127.0.0.1:%d", port)
+	r := h.run("", "codex", "link", "--url", root)
+	if r.code != 0 || !strings.Contains(r.stdout, "Codex goes through rotor at "+root) {
+		t.Fatalf("link with no serve: %v", r)
+	}
+	if got, _ := os.ReadFile(cfg); !strings.Contains(string(got), `openai_base_url = "`+root+`/v1"`) {
+		t.Fatalf("config.toml after link:\n%s", got)
+	}
+	want := fmt.Sprintf("rotor: no rotor serve is listening at %s yet, so Codex cannot connect: "+
+		"start one with \"rotor serve --port %d\" (and keep it running); or \"rotor service install\"", root, port)
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr does not say no serve listens:\n%s\nwant %q", r.stderr, want)
+	}
+	if strings.Contains(r.stdout, "listening") {
+		t.Errorf("the diagnostic went to stdout: %q", r.stdout)
+	}
+
+	// Something listens there now: no word of it.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	root = "http://" + ln.Addr().String()
+	if r := h.ok("", "codex", "link", "--url", root); strings.Contains(r.stderr, "listening") {
+		t.Errorf("link to a listening serve: %v", r)
+	}
+
+	// On the default port, the serve and the service are the two ways.
+	if c, err := net.Dial("tcp", "127.0.0.1:8787"); err == nil {
+		c.Close()
+		t.Skip("something listens on 127.0.0.1:8787 on this machine")
+	}
+	r = h.ok("", "codex", "link", "--url", "http://127.0.0.1:8787")
+	want = "rotor: no rotor serve is listening at http://127.0.0.1:8787 yet, so Codex cannot connect: " +
+		"start one with \"rotor serve\" (and keep it running), or \"rotor service install\" to run it now and at every login."
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr on the default port:\n%s\nwant %q", r.stderr, want)
 	}
 }

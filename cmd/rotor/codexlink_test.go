@@ -44,6 +44,31 @@ func TestImportLinksAndUnlink(t *testing.T) {
 	}
 }
 
+// import codex where Codex never logged in says to run "codex login" first,
+// exits 1, and writes nothing.
+func TestImportWithoutCodexLoginSaysToLogIn(t *testing.T) {
+	t.Parallel()
+	h := newHome(t) // its CODEX_HOME holds no login
+	r := h.run("", "import", "codex")
+	if r.code != 1 || r.stdout != "" {
+		t.Fatalf("want exit 1 and nothing on stdout: %v", r)
+	}
+	for _, want := range []string{"Codex CLI is not logged in", `Run "codex login" first`, `"rotor login"`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %v", want, r)
+		}
+	}
+	if strings.Contains(r.stderr, "no such file") {
+		t.Errorf("stderr quotes the open error: %q", r.stderr)
+	}
+	if _, err := os.Stat(h.path("accounts.json")); err == nil {
+		t.Error("accounts.json was written")
+	}
+	if _, err := os.Stat(h.path("secrets.json")); err == nil {
+		t.Error("secrets.json was written")
+	}
+}
+
 // SPEC §9 across real processes: two rotor serves share an account linked
 // to a Codex CLI auth.json, and Codex refreshes on its own in between.
 // Every refresh token is spent exactly once, every request succeeds, and at

@@ -61,7 +61,7 @@ func proxyCommands() map[string]command {
 			"rotor alias set gpt-4o gpt-5 --kind chatgpt\nrotor alias list\nrotor alias rm gpt-4o"},
 		"codex": {cmdCodex, "Proxy", "codex link [--url URL] | unlink",
 			"Point Codex CLI, signed in with ChatGPT as it is, at rotor: two settings in its config.toml (unlink removes them).",
-			"rotor codex link     # then run codex as always\nrotor codex unlink"},
+			"rotor service install   # or rotor serve, kept running\nrotor codex link        # then run codex as always\nrotor codex unlink"},
 	}
 }
 
@@ -69,8 +69,8 @@ func proxyCommands() map[string]command {
 func accountCommands() map[string]command {
 	return map[string]command{
 		"login": {cmdLogin, "Accounts", "login [--device] [--no-browser] [--label L] [--proxy URL]",
-			"Add a ChatGPT account by signing in.",
-			"rotor login --label personal"},
+			"Add a ChatGPT account by signing in; the page asks which account, so run it once per account.",
+			"rotor login --label personal\nrotor login          # again, signing in with the next account"},
 		"import": {cmdImport, "Accounts", "import codex [--file PATH] [--label L] [--unlink] [--proxy URL]",
 			"Add the ChatGPT account Codex CLI is logged in with, linked to its auth.json so both share one refresh.",
 			"rotor import codex"},

@@ -40,8 +40,15 @@ func cmdLogin(a *app, args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), oauth.DefaultTimeout)
 	defer cancel()
 	var t oauth.Tokens
+	// Another account signs in where the sign-in page asks for one; a
+	// device code is entered on a page of whatever account the browser is
+	// signed in to, so only signing out there changes the account.
+	another := "To add another account, run \"rotor login\" again and sign in with that account when the page asks " +
+		"(if it does not ask, sign out of ChatGPT in the browser first, or open the URL in a private window)."
 	switch {
 	case *device:
+		another = "A device code signs in the account the browser is signed in to: to add another, sign out of ChatGPT " +
+			"in the browser (or use a private window), sign in with that account, and run \"rotor login --device\" again."
 		t, err = client.LoginDevice(ctx, a.stderr)
 	case *noBrowser:
 		t, err = client.LoginPaste(ctx, a.stdin, a.stderr)
@@ -55,12 +62,15 @@ func cmdLogin(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.saveLogin(st, sec, t, *label, proxyURL)
+	return a.saveLogin(st, sec, t, *label, proxyURL, another)
 }
 
 // saveLogin adds or updates the account a sign-in produced, with its own
-// proxy when proxyURL is not "".
-func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, label, proxyURL string) error {
+// proxy when proxyURL is not "", and names it on stdout: a login of an
+// account already in the pool says so, with another (how to add a
+// different one), since the user meant to add one. Every login ends with
+// the pool's size and the next step.
+func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, label, proxyURL, another string) error {
 	id := t.Identity()
 	if id.ChatGPTAccountID == "" {
 		return rerr.Validation("token", "the tokens carry no ChatGPT account id; was this a ChatGPT (Codex) sign-in?")
@@ -70,12 +80,30 @@ func (a *app) saveLogin(st *accounts.Store, sec secrets.Store, t oauth.Tokens, l
 	if err != nil {
 		return err
 	}
-	verb := "Updated"
 	if created {
-		verb = "Added"
+		fmt.Fprintf(a.stdout, "Added ChatGPT account %d (%s, plan %s).\n", idx, orDash(acct.Email), orDash(acct.PlanType))
+	} else {
+		name := acct.Email
+		if name == "" {
+			name = acct.Label
+		}
+		fmt.Fprintf(a.stdout, "Already account %d, %s; its tokens were renewed. %s\n", idx, name, another)
 	}
-	fmt.Fprintf(a.stdout, "%s ChatGPT account %d (%s, plan %s).\n", verb, idx, orDash(acct.Email), orDash(acct.PlanType))
-	return a.giveProxy(st, sec, acct.ID, proxyURL)
+	if err := a.giveProxy(st, sec, acct.ID, proxyURL); err != nil {
+		return err
+	}
+	p, err := st.Load()
+	if err != nil {
+		return err
+	}
+	n := "1 account"
+	if len(p.Accounts) != 1 {
+		n = fmt.Sprintf("%d accounts", len(p.Accounts))
+	}
+	fmt.Fprintf(a.stdout, "The pool has %s (rotor list). Next: start the proxy with \"rotor serve\" "+
+		"(or \"rotor service install\" to run it at every login), then \"rotor codex link\" to point Codex at it; "+
+		"\"rotor login\" again adds another account.\n", n)
+	return nil
 }
 
 // openBrowser asks the desktop to open u; it fails on machines without one,

@@ -27,8 +27,8 @@ import (
 // the one Codex CLI registered and rotor signs in as (SPEC §5).
 const ClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
 
-// DefaultIdentity is who the fake signs in unless SetIdentity says
-// otherwise: the account of the testdata/jwt fixtures.
+// DefaultIdentity is the account the fake's browser is signed in to unless
+// SetIdentity says otherwise: the account of the testdata/jwt fixtures.
 var DefaultIdentity = Identity{
 	Email:     "ada@example.com",
 	AccountID: "7f3c2a10-5b6e-4d8f-9a01-fixture00001",
@@ -62,7 +62,14 @@ type TokenRequest struct {
 //
 //   - GET /oauth/authorize: checks the request (client id, response_type
 //     code, redirect_uri, an S256 code_challenge) and, playing a user who
-//     consents at once, answers 302 to redirect_uri?code=…&state=….
+//     consents at once, answers 302 to redirect_uri?code=…&state=…. It
+//     plays the user's browser too, which is signed in to one account (the
+//     browser's current session, SetIdentity): a request without
+//     prompt=login is answered at once with that account, as a real
+//     signed-in browser answers it, so a client that does not ask for a
+//     fresh login can never add a second account. With prompt=login the
+//     user signs in with the account the test chose next (SignInNext; the
+//     session's own when none is queued), which becomes the session.
 //   - POST /oauth/token (form-encoded only): grant_type=authorization_code
 //     checks the code, its redirect_uri and that BASE64URL(SHA256(
 //     code_verifier)) is the code_challenge of the authorize step; each code
@@ -76,13 +83,19 @@ type TokenRequest struct {
 //     device-code flow. Polls answer 403 until the code is approved
 //     (ApproveDevice, or SetDeviceApproveAfter), then once with an
 //     authorization code and its code_verifier, to be exchanged with
-//     redirect_uri <URL>/deviceauth/callback.
+//     redirect_uri <URL>/deviceauth/callback. The code is entered on a page
+//     of the browser's session, so it signs in that account.
+//
+// Tokens describe the account they were issued for: a refresh keeps the
+// account of the refresh token it spends (a token given by AddRefreshToken
+// belongs to the session's account at the time it is refreshed).
 //
 // Create it with NewAuth, configure it (at any time), Start it, Close it. All
 // methods are safe for concurrent use.
 type Server struct {
 	mu           sync.Mutex
-	ident        Identity
+	ident        Identity   // the browser's current session
+	next         []Identity // who the user signs in with when asked to (prompt=login), in turn
 	accessTTL    time.Duration
 	interval     string
 	approveAfter int
@@ -94,7 +107,8 @@ type Server struct {
 
 	seq        int
 	codes      map[string]*authCode
-	refresh    map[string]bool // refresh token -> spent
+	refresh    map[string]bool     // refresh token -> spent
+	owner      map[string]Identity // refresh token the fake issued -> its account
 	devices    map[string]*deviceAuth
 	authorizes []url.Values
 	tokenReqs  []TokenRequest
@@ -117,6 +131,7 @@ type failure struct {
 type authCode struct {
 	challenge string
 	redirect  string
+	ident     Identity // the account signed in
 	used      bool
 }
 
@@ -137,6 +152,7 @@ func New() *Server {
 		interval:  "5",
 		codes:     make(map[string]*authCode),
 		refresh:   make(map[string]bool),
+		owner:     make(map[string]Identity),
 		devices:   make(map[string]*deviceAuth),
 		grants:    make(map[string]int),
 		failToken: make(map[string]failure),
@@ -207,10 +223,21 @@ func (a *Server) Close() error {
 	return err
 }
 
-// SetIdentity sets the account later tokens describe.
+// SetIdentity signs the browser in to id: the browser's current session,
+// which later authorize requests without prompt=login, device codes and
+// refreshes of tokens given by AddRefreshToken sign in.
 func (a *Server) SetIdentity(id Identity) {
 	a.mu.Lock()
 	a.ident = id
+	a.mu.Unlock()
+}
+
+// SignInNext queues the accounts the user signs in with, one per
+// authorize request with prompt=login, in order; each becomes the browser's
+// session. With none queued, the user signs in with the session's account.
+func (a *Server) SignInNext(ids ...Identity) {
+	a.mu.Lock()
+	a.next = append(a.next, ids...)
 	a.mu.Unlock()
 }
 
@@ -442,7 +469,12 @@ func (a *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	code := "ac_" + randomHex(16)
 	a.mu.Lock()
-	a.codes[code] = &authCode{challenge: q.Get("code_challenge"), redirect: redirect}
+	// A signed-in browser asked for no fresh login answers with its
+	// session at once; asked for one, the user signs in.
+	if q.Get("prompt") == "login" && len(a.next) > 0 {
+		a.ident, a.next = a.next[0], a.next[1:]
+	}
+	a.codes[code] = &authCode{challenge: q.Get("code_challenge"), redirect: redirect, ident: a.ident}
 	a.mu.Unlock()
 	rq := ru.Query()
 	rq.Set("code", code)
@@ -504,7 +536,7 @@ func (a *Server) grantCode(w http.ResponseWriter, form url.Values) {
 		oauthError(w, http.StatusBadRequest, "invalid_grant", problem)
 		return
 	}
-	t := a.issueLocked("authorization_code", "")
+	t := a.issueLocked("authorization_code", "", c.ident)
 	a.mu.Unlock()
 	a.writeTokens(w, t)
 }
@@ -556,35 +588,39 @@ func (a *Server) grantRefresh(w http.ResponseWriter, r *http.Request, form url.V
 		return
 	}
 	a.refresh[rt] = true
-	t := a.issueLocked("refresh_token", rt)
+	id, issued := a.owner[rt]
+	if !issued {
+		id = a.ident
+	}
+	t := a.issueLocked("refresh_token", rt, id)
 	a.mu.Unlock()
 	a.writeTokens(w, t)
 }
 
-// issueLocked mints a new token set for grant and makes its refresh token
-// valid; a refresh grant that spent refresh token spent takes its tokens'
-// names from SetTokenNames when set. The caller holds a.mu.
-func (a *Server) issueLocked(grant, spent string) IssuedTokens {
+// issueLocked mints a new token set of account id for grant and makes its
+// refresh token valid; a refresh grant that spent refresh token spent
+// takes its tokens' names from SetTokenNames when set. The caller holds a.mu.
+func (a *Server) issueLocked(grant, spent string, id Identity) IssuedTokens {
 	a.seq++
 	now := time.Now()
 	exp := now.Add(a.accessTTL)
 	auth := map[string]any{
-		"chatgpt_account_id": a.ident.AccountID,
-		"chatgpt_plan_type":  a.ident.PlanType,
+		"chatgpt_account_id": id.AccountID,
+		"chatgpt_plan_type":  id.PlanType,
 		"chatgpt_user_id":    "user-fakeupstream",
 	}
 	t := IssuedTokens{
 		Grant: grant,
 		IDToken: FakeJWT(map[string]any{
 			"iss": a.urlLocked(), "aud": []string{ClientID}, "sub": "auth0|fakeupstream",
-			"email": a.ident.Email, "email_verified": true,
+			"email": id.Email, "email_verified": true,
 			"https://api.openai.com/auth": auth,
 			"iat":                         now.Unix(), "exp": now.Add(time.Hour).Unix(),
 		}),
 		AccessToken: FakeJWT(map[string]any{
 			"iss": a.urlLocked(), "aud": []string{"https://api.openai.com/v1"}, "sub": "auth0|fakeupstream",
 			"https://api.openai.com/auth":    auth,
-			"https://api.openai.com/profile": map[string]any{"email": a.ident.Email, "email_verified": true},
+			"https://api.openai.com/profile": map[string]any{"email": id.Email, "email_verified": true},
 			"scp":                            []string{"openid", "profile", "email", "offline_access"},
 			"jti":                            fmt.Sprintf("at-%d-%s", a.seq, randomHex(4)),
 			"iat":                            now.Unix(), "exp": exp.Unix(),
@@ -595,6 +631,7 @@ func (a *Server) issueLocked(grant, spent string) IssuedTokens {
 		t.AccessToken, t.RefreshToken = a.names(spent)
 	}
 	a.refresh[t.RefreshToken] = false
+	a.owner[t.RefreshToken] = id
 	a.issued = append(a.issued, t)
 	return t
 }
@@ -684,7 +721,7 @@ func (a *Server) handleDeviceToken(w http.ResponseWriter, r *http.Request) {
 	d.done = true
 	verifier := randomHex(32)
 	code := "ac_" + randomHex(16)
-	a.codes[code] = &authCode{challenge: S256(verifier), redirect: a.urlLocked() + "/deviceauth/callback"}
+	a.codes[code] = &authCode{challenge: S256(verifier), redirect: a.urlLocked() + "/deviceauth/callback", ident: a.ident}
 	a.mu.Unlock()
 	body, _ := json.Marshal(map[string]string{
 		"authorization_code": code, "code_challenge": S256(verifier), "code_verifier": verifier,
