@@ -32,6 +32,9 @@ const (
 	opUsageLimits
 	// The metrics, answered by rotor itself (exposition.go).
 	opMetrics
+	// The account the next new conversation goes to, answered by rotor
+	// itself (next.go).
+	opNext
 	opCount
 )
 
@@ -57,10 +60,11 @@ var routes = map[string]route{
 	"/backend-api/wham/usage": {fasthttp.MethodGet, opUsageLimits},
 	"/api/codex/usage":        {fasthttp.MethodGet, opUsageLimits},
 	metricsPath:               {fasthttp.MethodGet, opMetrics},
+	NextPath:                  {fasthttp.MethodGet, opNext},
 }
 
 // surface is the list of routes a 404 names.
-const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models, GET /healthz, GET /backend-api/wham/usage (also /api/codex/usage) and GET /metrics"
+const surface = "POST /v1/responses (or a WebSocket on GET /v1/responses), POST /v1/responses/compact, POST /v1/chat/completions, GET /v1/models, GET /healthz, GET /backend-api/wham/usage (also /api/codex/usage), GET /metrics and GET /rotor/next"
 
 // newRequestID returns an id for logs and payloads. It needs to be unique,
 // not secret, so a fast PRNG does.
@@ -145,6 +149,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if rt.op == opMetrics {
 		s.answerMetrics(ctx)
+		return
+	}
+	if rt.op == opNext {
+		s.answerNext(ctx)
 		return
 	}
 	body, release, spec := s.readBody(ctx)

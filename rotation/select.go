@@ -569,15 +569,21 @@ func (s *Selector) Bound(key string) bool {
 
 // Next says which account a request without affinity would get now, and
 // why, without recording a pick; index 0 means none.
-func (s *Selector) Next() (int, string) {
+func (s *Selector) Next() (int, string) { return s.NextFor(&Request{}) }
+
+// NextFor says which account Pick would give req now, req naming no
+// conversation already bound (a new conversation), and why, without
+// recording a pick; index 0 means none. It is the same judgement as
+// Pick's, over the same state: in the process that picks, what it says is
+// what the pick does.
+func (s *Selector) NextFor(req *Request) (int, string) {
 	v := s.cur.Load()
 	now := s.clock.Now()
 	s.rt.mu.Lock()
 	defer s.rt.mu.Unlock()
-	req := &Request{}
 	if id, src, why, ok := s.pinOf(v); ok {
 		i := v.indexOf(id)
-		if src == PinProcess || i > 0 && s.judge(&v.pool.Accounts[i-1], v.entries[i-1], req, now).reason == "" {
+		if src == PinProcess || i > 0 && s.judge(&v.pool.Accounts[i-1], v.entries[i-1], req, now).reason == "" && req.skipped(&v.pool.Accounts[i-1]) == "" {
 			return i, why
 		}
 		return 0, "the pinned account cannot serve now; the proxy answers 503 until it can (or run \"rotor unpin\")"

@@ -170,6 +170,48 @@ type Sum struct {
 	// not know, by model as the record names it: priced at nothing,
 	// counted in no amount above.
 	Unpriced map[string]int64 `json:"unpriced_tokens"`
+	// priced and unpriced are the amounts (by account kind) that priced
+	// and unpriced usage went to. An amount that only unpriced usage went
+	// to is not known, never 0: a script that sums it must not read a
+	// model without a price as free (SPEC §16).
+	priced, unpriced amount
+}
+
+// amount is a set of Sum's amounts, named by the account kind each is
+// for.
+type amount uint8
+
+const (
+	costAmount amount = 1 << iota
+	valueAmount
+	unknownAmount
+)
+
+// amountOf is the amount usage on an account of kind k goes to.
+func amountOf(k accounts.Kind) amount {
+	switch k {
+	case accounts.KindAPIKey:
+		return costAmount
+	case accounts.KindChatGPT:
+		return valueAmount
+	}
+	return unknownAmount
+}
+
+// Priced says whether s's amount for accounts of kind k (Cost for an API
+// key, Value for a ChatGPT account, Unknown for "") is a figure: false
+// when usage went to it and none of that usage was priced, so it is
+// unpriced, not $0. With some usage priced it is the priced part, the
+// rest counted in Unpriced.
+func (s *Sum) Priced(k accounts.Kind) bool {
+	a := amountOf(k)
+	return s.priced&a != 0 || s.unpriced&a == 0
+}
+
+// SavedPriced says whether Saved is a figure: false when s holds usage
+// and none of it was priced.
+func (s *Sum) SavedPriced() bool {
+	return s.priced != 0 || s.unpriced == 0
 }
 
 // Add adds to s the usage of model on an account of kind k ("" when it
@@ -183,9 +225,11 @@ func (t *Table) Add(s *Sum, k accounts.Kind, model string, input, cached, output
 				s.Unpriced = map[string]int64{}
 			}
 			s.Unpriced[model] += n
+			s.unpriced |= amountOf(k)
 		}
 		return
 	}
+	s.priced |= amountOf(k)
 	cost := p.Cost(input, cached, output)
 	switch k {
 	case accounts.KindAPIKey:
@@ -204,6 +248,8 @@ func (s *Sum) Merge(o *Sum) {
 	s.Value += o.Value
 	s.Unknown += o.Unknown
 	s.Saved += o.Saved
+	s.priced |= o.priced
+	s.unpriced |= o.unpriced
 	for m, n := range o.Unpriced {
 		if s.Unpriced == nil {
 			s.Unpriced = map[string]int64{}
@@ -233,12 +279,49 @@ func (s *Sum) UnpricedModels() []string {
 	return names
 }
 
-// MarshalJSON writes s with its unpriced tokens as {} when there are
-// none, never null.
-func (s Sum) MarshalJSON() ([]byte, error) {
-	type plain Sum
-	if s.Unpriced == nil {
-		s.Unpriced = map[string]int64{}
+// As turns s, all of whose usage was added as of unknown kind, into the
+// same usage spent by an account of kind k: its Unknown amount becomes
+// Cost for an API key, Value for a ChatGPT account, and stays for "".
+func (s *Sum) As(k accounts.Kind) {
+	to := amountOf(k)
+	if to == unknownAmount {
+		return
 	}
-	return json.Marshal(plain(s))
+	moved := func(set amount) amount {
+		if set&unknownAmount == 0 {
+			return set
+		}
+		return set&^unknownAmount | to
+	}
+	s.priced, s.unpriced = moved(s.priced), moved(s.unpriced)
+	if k == accounts.KindAPIKey {
+		s.Cost += s.Unknown
+	} else {
+		s.Value += s.Unknown
+	}
+	s.Unknown = 0
+}
+
+// MarshalJSON writes s with an amount that is no figure (Priced,
+// SavedPriced) as null, never 0, and its unpriced tokens as {} when
+// there are none, never null.
+func (s Sum) MarshalJSON() ([]byte, error) {
+	figure := func(v USD, ok bool) *USD {
+		if !ok {
+			return nil
+		}
+		return &v
+	}
+	unpriced := s.Unpriced
+	if unpriced == nil {
+		unpriced = map[string]int64{}
+	}
+	return json.Marshal(struct {
+		Cost     *USD             `json:"cost_usd"`
+		Value    *USD             `json:"value_usd"`
+		Unknown  *USD             `json:"unknown_kind_usd"`
+		Saved    *USD             `json:"saved_usd"`
+		Unpriced map[string]int64 `json:"unpriced_tokens"`
+	}{figure(s.Cost, s.Priced(accounts.KindAPIKey)), figure(s.Value, s.Priced(accounts.KindChatGPT)),
+		figure(s.Unknown, s.Priced("")), figure(s.Saved, s.SavedPriced()), unpriced})
 }

@@ -212,3 +212,46 @@ func TestLoadRefusesABadFileAndLeavesIt(t *testing.T) {
 		}
 	}
 }
+
+// An amount only unpriced usage went to is unpriced, null in JSON, never
+// 0 (SPEC §16): a script that sums cost_usd must not read a model without
+// a price as free. Some priced usage makes it a figure again, the rest
+// counted apart; an amount no usage went to is a true 0.
+func TestUnpricedAmountIsNull(t *testing.T) {
+	tab := Shipped()
+	var s Sum
+	tab.Add(&s, accounts.KindAPIKey, "mystery", 1000, 0, 100)
+	b, _ := json.Marshal(s)
+	if string(b) != `{"cost_usd":null,"value_usd":0,"unknown_kind_usd":0,"saved_usd":null,"unpriced_tokens":{"mystery":1100}}` {
+		t.Errorf("unpriced only: %s", b)
+	}
+	if s.Priced(accounts.KindAPIKey) || !s.Priced(accounts.KindChatGPT) || s.SavedPriced() {
+		t.Errorf("unpriced only: Priced %v %v, SavedPriced %v", s.Priced(accounts.KindAPIKey), s.Priced(accounts.KindChatGPT), s.SavedPriced())
+	}
+	var total Sum
+	total.Merge(&s)
+	tab.Add(&total, accounts.KindChatGPT, "gpt-5", 1_000_000, 0, 0)
+	b, _ = json.Marshal(total)
+	if string(b) != `{"cost_usd":null,"value_usd":1.25,"unknown_kind_usd":0,"saved_usd":0,"unpriced_tokens":{"mystery":1100}}` {
+		t.Errorf("API key unpriced, ChatGPT priced: %s", b)
+	}
+	tab.Add(&total, accounts.KindAPIKey, "gpt-5", 1_000_000, 0, 0)
+	if b, _ = json.Marshal(total); !strings.HasPrefix(string(b), `{"cost_usd":1.25,`) {
+		t.Errorf("API key partly priced: %s", b)
+	}
+
+	// The dashboard adds usage as of unknown kind and then names the
+	// account's kind: what is unpriced stays unpriced under its new name.
+	var d Sum
+	tab.Add(&d, "", "mystery", 10, 0, 0)
+	d.As(accounts.KindChatGPT)
+	if b, _ = json.Marshal(d); string(b) != `{"cost_usd":0,"value_usd":null,"unknown_kind_usd":0,"saved_usd":null,"unpriced_tokens":{"mystery":10}}` {
+		t.Errorf("unknown kind as ChatGPT: %s", b)
+	}
+	var e Sum
+	tab.Add(&e, "", "gpt-5", 1_000_000, 0, 0)
+	e.As(accounts.KindAPIKey)
+	if e.Cost != 1.25 || e.Unknown != 0 || !e.Priced(accounts.KindAPIKey) {
+		t.Errorf("unknown kind as API key: %+v", e)
+	}
+}

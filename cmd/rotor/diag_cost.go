@@ -126,6 +126,16 @@ func usd(v prices.USD) string {
 	}
 }
 
+// figure is usd(v), or "unpriced" for an amount that is no figure
+// (prices.Sum.Priced): only usage of models without a price went to it,
+// which is not $0 (SPEC §16).
+func figure(v prices.USD, priced bool) string {
+	if !priced {
+		return "unpriced"
+	}
+	return usd(v)
+}
+
 // printMoney writes the prices' source and, per window, what API-key
 // accounts cost, what ChatGPT accounts' usage was worth at API prices,
 // what cached input saved and the tokens left unpriced, by model.
@@ -142,7 +152,8 @@ func printMoney(w io.Writer, rep usage.Report, money []windowMoney, pr pricing) 
 		if n := m.UnpricedTokens(); n > 0 {
 			unpriced = diagCount(n)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", rep.Windows[i].Window.Name, usd(m.Cost), usd(m.Value), usd(m.Saved), unpriced)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", rep.Windows[i].Window.Name, figure(m.Cost, m.Priced(accounts.KindAPIKey)),
+			figure(m.Value, m.Priced(accounts.KindChatGPT)), figure(m.Saved, m.SavedPriced()), unpriced)
 	}
 	tw.Flush()
 	last := len(money) - 1

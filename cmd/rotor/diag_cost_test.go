@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,49 @@ func TestDiagReportPricesTheUsage(t *testing.T) {
 	h.run("fix")
 	if data, _ := os.ReadFile(path); string(data) != bad {
 		t.Errorf("prices.json was rewritten: %s", data)
+	}
+}
+
+// A model the price table does not know is unpriced, never free (SPEC
+// §16): where only its usage went, the amount is null in `report --json`
+// (per model, per account, in total) and "unpriced" in the text, not 0
+// and $0; an amount no usage went to stays a true 0.
+func TestDiagReportUnpricedIsNotFree(t *testing.T) {
+	t.Parallel()
+	h := newDiagHome(t)
+	p := h.prep.Write(hometest.APIKey("work", "sk-1"), diagChatGPT("me", "cg-1", "at-1", "rt-1", time.Hour))
+	log, err := usage.Open(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	work, me := p.Accounts[0].ID, p.Accounts[1].ID
+	for _, u := range []usage.Record{
+		// The last hour: the API key only on a model without a price.
+		{Time: now.Add(-10 * time.Minute), AccountID: work, Model: "mystery-model", Status: 200, Tokens: &usage.Tokens{Input: 5000, Output: 1000}},
+		// Earlier: gpt-5 on the ChatGPT account, $0.125 of value.
+		{Time: now.Add(-5 * time.Hour), AccountID: me, Model: "gpt-5", Status: 200, Tokens: &usage.Tokens{Input: 100_000}},
+	} {
+		log.Append(u)
+	}
+	log.Close()
+
+	v := h.runJSON(0, "report", "--json")
+	hour := diagField(t, v, "usage", "windows", "1h").(map[string]any)
+	for _, money := range []any{diagField(t, hour, "total", "money"), diagField(t, hour, "by_account", 0, "money"), diagField(t, hour, "by_model", 0, "money")} {
+		m := money.(map[string]any)
+		if m["cost_usd"] != nil || m["saved_usd"] != nil || m["value_usd"] != 0.0 || diagField(t, m, "unpriced_tokens", "mystery-model") != 6000.0 {
+			t.Errorf("1h money of mystery-model on the API key: %v", m)
+		}
+	}
+	day := diagField(t, v, "usage", "windows", "24h", "total", "money").(map[string]any)
+	if day["cost_usd"] != nil || day["value_usd"] != 0.125 || day["saved_usd"] != 0.0 {
+		t.Errorf("24h money: %v", day)
+	}
+
+	r := h.run("report")
+	if !regexp.MustCompile(`(?m)^\s+1h\s+unpriced\s+\$0\s+unpriced\s+6000\s*$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\s+24h\s+unpriced\s+\$0\.125\s+\$0\s+6000\s*$`).MatchString(r.stdout) {
+		t.Errorf("report's money per window does not show the API key's cost as unpriced:\n%s", r.stdout)
 	}
 }

@@ -72,10 +72,11 @@ func toUsageCounts(c *usage.Counts, money prices.Sum) usageCounts {
 }
 
 // usageAccount is one account's usage; Index and Label are null for an
-// account no longer in the pool.
+// account no longer in the pool, and AccountID too for the requests no
+// account served (refused with no-account: their records name none).
 type usageAccount struct {
 	Index     *int    `json:"index"`
-	AccountID string  `json:"account_id"`
+	AccountID *string `json:"account_id"`
 	Label     *string `json:"label"`
 	usageCounts
 }
@@ -109,7 +110,38 @@ type usageBody struct {
 	Prices pricesBody `json:"prices"`
 }
 
-// accountRef finds an account id's index and label in pool (nil: removed).
+// noAccount is how the report names the requests no account served: a
+// request refused before any account took it (503 no-account) is
+// recorded with no account id, which names no account, removed or not.
+const noAccount = "(no account)"
+
+// accountName is how the report's text names account id: its index and
+// label, the id of an account no longer in pool, or noAccount.
+func accountName(pool *accounts.Pool, id string) string {
+	if id == "" {
+		return noAccount
+	}
+	if i, label := accountRef(pool, id); i != nil {
+		return fmt.Sprintf("%d %s", *i, *label)
+	}
+	return id + " (removed)"
+}
+
+// accountOrder orders account ids as the report lists them: pool order,
+// removed accounts after (by id), the requests no account served last.
+func accountOrder(pool *accounts.Pool, x, y string) int {
+	rank := func(id string) int {
+		if id == "" {
+			return 1<<30 + 1
+		}
+		i, _ := accountRef(pool, id)
+		return indexOr(i)
+	}
+	return cmp.Or(cmp.Compare(rank(x), rank(y)), strings.Compare(x, y))
+}
+
+// accountRef finds an account id's index and label in pool (nil: removed,
+// or no account).
 func accountRef(pool *accounts.Pool, id string) (*int, *string) {
 	if pool == nil {
 		return nil, nil
@@ -133,15 +165,19 @@ func toUsageBody(dir string, rep usage.Report, err error, pool *accounts.Pool, p
 		m := &money[i]
 		uw := usageWindow{Since: w.Since.UTC().Format(time.RFC3339), Total: toUsageCounts(&w.Total, m.Total),
 			ByAccount: []usageAccount{}, ByModel: []usageModel{}}
-		for id, c := range w.ByAccount {
-			idx, label := accountRef(pool, id)
-			uw.ByAccount = append(uw.ByAccount, usageAccount{Index: idx, AccountID: id, Label: label, usageCounts: toUsageCounts(c, sumOr(m.ByAccount[id]))})
+		ids := make([]string, 0, len(w.ByAccount))
+		for id := range w.ByAccount {
+			ids = append(ids, id)
 		}
-		// Accounts in pool order, removed ones last (by id).
-		slices.SortFunc(uw.ByAccount, func(x, y usageAccount) int {
-			xi, yi := indexOr(x.Index), indexOr(y.Index)
-			return cmp.Or(cmp.Compare(xi, yi), strings.Compare(x.AccountID, y.AccountID))
-		})
+		slices.SortFunc(ids, func(x, y string) int { return accountOrder(pool, x, y) })
+		for _, id := range ids {
+			idx, label := accountRef(pool, id)
+			var aid *string
+			if id != "" {
+				aid = &id
+			}
+			uw.ByAccount = append(uw.ByAccount, usageAccount{Index: idx, AccountID: aid, Label: label, usageCounts: toUsageCounts(w.ByAccount[id], sumOr(m.ByAccount[id]))})
+		}
 		for model, c := range w.ByModel {
 			uw.ByModel = append(uw.ByModel, usageModel{Model: model, usageCounts: toUsageCounts(c, sumOr(m.ByModel[model]))})
 		}
@@ -358,17 +394,9 @@ func printWindow(w io.Writer, s *usage.Summary, pool *accounts.Pool, m *windowMo
 	for id := range s.ByAccount {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(x, y string) int {
-		xi, _ := accountRef(pool, x)
-		yi, _ := accountRef(pool, y)
-		return cmp.Or(cmp.Compare(indexOr(xi), indexOr(yi)), strings.Compare(x, y))
-	})
+	slices.SortFunc(ids, func(x, y string) int { return accountOrder(pool, x, y) })
 	for _, id := range ids {
-		name := id + " (removed)"
-		if i, label := accountRef(pool, id); i != nil {
-			name = fmt.Sprintf("%d %s", *i, *label)
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, usageRow(s.ByAccount[id]), accountMoney(m.ByAccount[id]))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", accountName(pool, id), usageRow(s.ByAccount[id]), accountMoney(m.ByAccount[id]))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -478,3 +478,45 @@ func TestDiagFixMergesDuplicates(t *testing.T) {
 		t.Errorf("kept account did not get the newer login's tokens")
 	}
 }
+
+// A request no account served (refused 503 before any account took it,
+// recorded with no account id) is shown as served by no account, last,
+// in the text and in JSON (account_id null), never as a removed account.
+func TestDiagReportNoAccount(t *testing.T) {
+	t.Parallel()
+	h := newDiagHome(t)
+	p := h.prep.Write(hometest.APIKey("work", "sk-1"))
+	log, err := usage.Open(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, u := range []usage.Record{
+		{Time: now.Add(-10 * time.Minute), AccountID: p.Accounts[0].ID, Model: "gpt-5", Status: 200},
+		{Time: now.Add(-5 * time.Minute), AccountID: "", Model: "gpt-5", Status: 503, Code: "codex_runtime_rotation_pool_exhausted"},
+		{Time: now.Add(-4 * time.Minute), AccountID: "", Model: "gpt-5", Status: 503, Code: "codex_runtime_rotation_pool_exhausted"},
+		{Time: now.Add(-3 * time.Minute), AccountID: "acct_removed", Model: "gpt-5", Status: 200},
+	} {
+		log.Append(u)
+	}
+	log.Close()
+
+	v := h.runJSON(0, "report", "--json")
+	rows := diagField(t, v, "usage", "windows", "1h", "by_account").([]any)
+	if len(rows) != 3 {
+		t.Fatalf("1h by_account: %v", rows)
+	}
+	if diagField(t, rows[0], "account_id") != p.Accounts[0].ID || diagField(t, rows[1], "account_id") != "acct_removed" {
+		t.Errorf("1h by_account, accounts first: %v", rows)
+	}
+	none := rows[2].(map[string]any)
+	if none["account_id"] != nil || none["index"] != nil || none["label"] != nil || none["requests"] != 2.0 || none["errors"] != 2.0 {
+		t.Errorf("1h by_account, the requests no account served: %v", none)
+	}
+
+	r := h.run("report")
+	if !regexp.MustCompile(`(?m)^\s+\(no account\)\s+2\s+2\s`).MatchString(r.stdout) || strings.Contains(r.stdout, " (removed)\t") ||
+		regexp.MustCompile(`(?m)^\s+\(removed\)`).MatchString(r.stdout) || !strings.Contains(r.stdout, "acct_removed (removed)") {
+		t.Errorf("report does not show the requests no account served as such:\n%s", r.stdout)
+	}
+}

@@ -592,12 +592,7 @@ func (u *Usage) moneyView(now, hour0, day0 time.Time, kinds map[string]accounts.
 // spent it: cost for an API key, value for a ChatGPT account, unknown
 // still for an account no longer in the pool.
 func kindMoney(s *prices.Sum, k accounts.Kind) *prices.Sum {
-	switch k {
-	case accounts.KindAPIKey:
-		s.Cost, s.Unknown = s.Unknown, 0
-	case accounts.KindChatGPT:
-		s.Value, s.Unknown = s.Unknown, 0
-	}
+	s.As(k)
 	return s
 }
 

@@ -204,8 +204,11 @@ function compact(v) {
 }
 
 // usd is an amount as `rotor report` prints it: cents from a dollar up,
-// and below it up to hundredths of a cent ($0.45, $0.2375, $0.0005).
+// and below it up to hundredths of a cent ($0.45, $0.2375, $0.0005); null
+// is an amount only usage of models without a price went to: unpriced,
+// never $0.
 function usd(v) {
+  if (v == null) return "unpriced";
   const a = Math.abs(v);
   if (v === 0) return "$0";
   if (a < 0.00005) return "<$0.0001";
