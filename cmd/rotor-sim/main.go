@@ -64,6 +64,28 @@
 // the pool's weekly capacity that weekly resets during the replay threw
 // away unused; windows still running at the end count as kept.
 //
+// # The offline bound (SPEC §18)
+//
+// For each week, minutes blocked that no schedule can go below, even one
+// that knows every request in advance: a relaxation of the real problem,
+// computed per limit family (offlineBound in bound.go, whose comment has
+// the argument). It holds for every work-conserving schedule, one that
+// refuses a request only when every account refuses it. In short: the
+// requests outside the blocked time are all served, so the blocked time
+// carries at least the demand the pooled weekly windows cannot hold
+// (what each running window had left, one whole window more, one
+// crossing request each); between two stretches of blocked time some
+// account fills a whole five-hour window, except a few times per weekly
+// window; and a stretch costs at least the working time from its first
+// refused request to its last. The least working time of stretches so
+// placed that carry the excess, relaxed by a Lagrange multiplier and
+// found by a dynamic program over the requests, is the bound. It sees
+// only the weekly windows' excess: a week blocked only by five-hour
+// windows has a bound of zero. TestOfflineBoundNeverExceedsTheOptimum
+// checks it against an exhaustive search on small days, and
+// TestOfflineBoundOfAWeekWorkedOutByHand against a figure worked out by
+// hand.
+//
 // # Workloads
 //
 // testdata/sim/*.json: the pool (plans, accounts, windows already
@@ -162,8 +184,10 @@ func loadAll(dir, only string) ([]*Workload, error) {
 }
 
 // ReplayAll replays w through every policy, in the order of Policies.
-func ReplayAll(w *Workload) ([]Result, error) {
-	wk := w.expand()
+func ReplayAll(w *Workload) ([]Result, error) { return replayWeek(w, w.expand()) }
+
+// replayWeek replays wk, w expanded, through every policy.
+func replayWeek(w *Workload, wk *week) ([]Result, error) {
 	out := make([]Result, 0, len(Policies))
 	for _, p := range Policies {
 		r, err := Replay(w, wk, p)

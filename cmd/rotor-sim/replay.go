@@ -41,6 +41,11 @@ type Result struct {
 	// WeeklyExpired is the share of the pool's weekly quota that weekly
 	// resets during the replay threw away unused.
 	WeeklyExpired float64
+	// GaveUp counts requests refused while an account could have served
+	// them (the picker refused, or the attempts ran out first): such a
+	// replay is not a work-conserving schedule, which the offline bound
+	// assumes.
+	GaveUp int
 }
 
 // sim is one replay in progress.
@@ -69,12 +74,17 @@ func Replay(w *Workload, wk *week, policy string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return s.run(wk), nil
+}
+
+// run replays wk's requests in order and sums up.
+func (s *sim) run(wk *week) Result {
 	for _, q := range wk.reqs {
 		s.clk.Advance(q.at.Sub(s.clk.Now()))
 		s.request(q)
 	}
 	s.finish()
-	return s.res, nil
+	return s.res
 }
 
 // newSim prepares the replay of wk through policy, with dir as the
@@ -184,15 +194,18 @@ func (s *sim) request(q request) {
 // could have served: the attempts ran out first), for every person
 // working in that time.
 func (s *sim) block(now time.Time) {
-	free := time.Time{}
+	free, gaveUp := time.Time{}, false
 	for _, a := range s.accts {
 		until := a.blockedUntil()
 		if until.IsZero() {
-			until = now.Add(time.Minute)
+			until, gaveUp = now.Add(time.Minute), true
 		}
 		if free.IsZero() || until.Before(free) {
 			free = until
 		}
+	}
+	if gaveUp {
+		s.res.GaveUp++
 	}
 	from := later(now, s.blocked)
 	if !free.After(from) {
