@@ -227,17 +227,54 @@ func workBefore(in *boundInput) []float64 {
 	return out
 }
 
-// weekBound is the offline bound of wk, w expanded.
-func weekBound(w *Workload, wk *week) (time.Duration, error) {
-	in := &boundInput{start: w.Start, end: w.End(), reqs: wk.reqs, working: wk.working}
-	for _, spec := range w.Accounts {
-		plan := w.Plans[spec.Plan]
-		a := boundAccount{fiveHour: plan.FiveHourTokens, weekly: plan.WeeklyTokens, fiveHourRunning: spec.FiveHour != nil}
-		if r := spec.Weekly; r != nil {
-			a.running, a.room = true, (1-r.UsedPercent/100)*plan.WeeklyTokens
-			a.resetsAt = w.Start.Add(time.Duration(r.ResetsInMinutes) * time.Minute)
-		}
-		in.accts = append(in.accts, a)
+// weekBound is the offline bound of wk, w expanded: the largest of its
+// families' bounds, each family with every account's whole credits (a
+// relaxation: the families share them).
+func weekBound(w *Workload, wk *week) (time.Duration, error) { return familiesBound(w, wk, true) }
+
+// weekBoundWithoutCredits is weekBound with no account holding credits:
+// the blocking credits are there to prevent (SPEC §18: credits spent only
+// in weeks where it is above zero).
+func weekBoundWithoutCredits(w *Workload, wk *week) (time.Duration, error) {
+	return familiesBound(w, wk, false)
+}
+
+func familiesBound(w *Workload, wk *week, credits bool) (time.Duration, error) {
+	fams := 1
+	if w.Model != nil {
+		fams = 2
 	}
-	return offlineBound(in)
+	var best time.Duration
+	for f := range fams {
+		in := &boundInput{start: w.Start, end: w.End(), working: wk.working}
+		for _, q := range wk.reqs {
+			if q.fam == f {
+				in.reqs = append(in.reqs, q)
+			}
+		}
+		for _, spec := range w.Accounts {
+			plan := w.Plans[spec.Plan]
+			a := boundAccount{fiveHour: plan.FiveHourTokens, weekly: plan.WeeklyTokens}
+			if credits {
+				a.credits = spec.Credits
+			}
+			if f == 1 {
+				// The model's family: windows of their own, none running.
+				a.fiveHour, a.weekly = w.Model.Capacity*plan.FiveHourTokens, w.Model.Capacity*plan.WeeklyTokens
+			} else {
+				a.fiveHourRunning = spec.FiveHour != nil
+				if r := spec.Weekly; r != nil {
+					a.running, a.room = true, (1-r.UsedPercent/100)*plan.WeeklyTokens
+					a.resetsAt = w.Start.Add(time.Duration(r.ResetsInMinutes) * time.Minute)
+				}
+			}
+			in.accts = append(in.accts, a)
+		}
+		b, err := offlineBound(in)
+		if err != nil {
+			return 0, err
+		}
+		best = max(best, b)
+	}
+	return best, nil
 }

@@ -167,7 +167,7 @@ type scripted struct {
 	ids        []string
 }
 
-func (p *scripted) pick(_ string, attempted []string) (int, bool) {
+func (p *scripted) pick(_ request, attempted []string) (int, bool) {
 	first := (p.mask >> p.k) & 1 % p.n
 	for _, i := range []int{first, 1 - first} {
 		if i < p.n && !slices.Contains(attempted, p.ids[i]) {

@@ -28,6 +28,14 @@
 //   - A window resets when its time is up (five hours or a week after it
 //     started): its use goes back to zero, and what was left of its
 //     capacity is lost. The next request starts it again.
+//   - SPEC §17: a workload's Model is metered by a limit family of its
+//     own (its own five-hour and weekly windows, a share of the plan's);
+//     the conversations that use it fill only those, and a full one
+//     refuses only them. An account may hold credits (a balance in
+//     tokens): once a window of the family that meters a request is
+//     full, the backend keeps answering and spends them (the request
+//     that crosses the balance is still served), and refuses only when
+//     the balance is gone.
 //
 // # What the selector is fed
 //
@@ -37,8 +45,11 @@
 // served request, Runtime.Record with rotation.Served; after a refused
 // one, Runtime.Record with rotation.Limited and the reset time, and the
 // request tries the next account, at most four in all (the proxy's
-// --max-attempts). Each turn carries its conversation's affinity key
-// (rotation.Request.AffinityKey), and a served turn binds the conversation
+// --max-attempts). The 429 names the family that metered the request
+// (rotation.Limit.Family), the answers carry every family's windows and
+// the credits (rotation.Quota.Families, .Credits), and the selector runs
+// with --credits last-resort. Each turn carries its conversation's
+// affinity key and model (rotation.Request.AffinityKey, .Model), and a served turn binds the conversation
 // to its account (Selector.Bind), as proxy/forward.go does.
 //
 // # The baselines

@@ -46,6 +46,10 @@ type Result struct {
 	// replay is not a work-conserving schedule, which the offline bound
 	// assumes.
 	GaveUp int
+	// Credits is the tokens served on credits (SPEC §17), CreditRequests
+	// the requests.
+	Credits        float64
+	CreditRequests int
 }
 
 // sim is one replay in progress.
@@ -107,7 +111,7 @@ func newSim(dir string, w *Workload, wk *week, policy string) (*sim, error) {
 	for i, a := range s.accts {
 		// What rotor's usage read at serve start (SPEC §15) knows of the
 		// windows already running.
-		if q := a.quota(w.Start); q.Primary != nil || q.Secondary != nil {
+		if q := a.quota(w.Start, w.Model); q.Primary != nil || q.Secondary != nil || q.Credits != nil || q.Families != nil {
 			s.rt.SetQuota(s.pool.Accounts[i].ID, q)
 		}
 	}
@@ -120,10 +124,11 @@ func (s *sim) picker(policy string, sel *rotation.Selector) (picker, error) {
 		PolicyRoundRobin: roundRobin, PolicyFillFirst: fillFirst, PolicyLeastUsed: leastUsed,
 	}
 	if policy == PolicyRotor {
-		return &rotorPicker{sel: sel, pool: s.pool}, nil
+		sel.SetCredits(rotation.CreditsLastResort)
+		return &rotorPicker{sel: sel, pool: s.pool, model: s.w.Model}, nil
 	}
 	if f, ok := choose[policy]; ok {
-		return newBaseline(s.rt, s.pool, s.clk.Now, f), nil
+		return newBaseline(s.rt, s.pool, s.clk.Now, f, s.w.Model), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", policy)
 }
@@ -137,13 +142,19 @@ func newPool(w *Workload) (*accounts.Pool, []*account) {
 		id := fmt.Sprintf("acct_sim%02d", i+1)
 		pool.Accounts = append(pool.Accounts, accounts.Account{ID: id, Label: spec.Label, Kind: accounts.KindChatGPT,
 			PlanType: spec.Plan, Enabled: true, AddedAt: w.Start})
-		a := &account{id: id, label: spec.Label, windows: [2]window{
+		a := &account{id: id, label: spec.Label, fams: [][2]window{{
 			{length: fiveHours, capacity: plan.FiveHourTokens},
 			{length: oneWeek, capacity: plan.WeeklyTokens},
-		}}
+		}}, hasCredits: spec.Credits > 0, credits: spec.Credits}
+		if m := w.Model; m != nil {
+			a.fams = append(a.fams, [2]window{
+				{length: fiveHours, capacity: m.Capacity * plan.FiveHourTokens},
+				{length: oneWeek, capacity: m.Capacity * plan.WeeklyTokens},
+			})
+		}
 		for j, run := range []*RunningWindow{spec.FiveHour, spec.Weekly} {
 			if run != nil {
-				win := &a.windows[j]
+				win := &a.fams[0][j]
 				win.used = run.UsedPercent / 100 * win.capacity
 				win.resetsAt = w.Start.Add(time.Duration(run.ResetsInMinutes) * time.Minute)
 			}
@@ -162,21 +173,24 @@ func (s *sim) request(q request) {
 	}
 	var attempted []string
 	for len(attempted) < maxAttempts {
-		i, ok := s.p.pick(q.conv, attempted)
+		i, ok := s.p.pick(q, attempted)
 		if !ok {
 			break
 		}
 		a := s.accts[i]
-		if until := a.blockedUntil(); !until.IsZero() {
-			// The backend refuses: a 429 with the reset, and the windows
-			// in its headers.
-			s.rt.SetQuota(a.id, a.quota(now))
-			s.rt.Record(a.id, rotation.Limited, 429, rotation.Limit{Until: until})
+		if until := a.blockedUntil(q.fam); !until.IsZero() {
+			// The backend refuses: a 429 with the reset and the family
+			// that metered the request, and the windows in its headers.
+			s.rt.SetQuota(a.id, a.quota(now, s.w.Model))
+			s.rt.Record(a.id, rotation.Limited, 429, rotation.Limit{Until: until, Family: s.familyID(q.fam)})
 			attempted = append(attempted, a.id)
 			continue
 		}
-		a.serve(now, q.tokens)
-		s.rt.SetQuota(a.id, a.quota(now))
+		if a.serve(now, q.fam, q.tokens) {
+			s.res.Credits += q.tokens
+			s.res.CreditRequests++
+		}
+		s.rt.SetQuota(a.id, a.quota(now, s.w.Model))
 		s.rt.Record(a.id, rotation.Served, 200, rotation.Limit{})
 		s.p.served(q.conv, i)
 		s.res.Served++
@@ -186,17 +200,27 @@ func (s *sim) request(q request) {
 		s.lastAcct[q.conv] = i
 		return
 	}
-	s.block(now)
+	s.block(now, q.fam)
 }
 
-// block counts the time from a refused request at now until some account
-// can serve again (at least a minute, for a refusal while an account
-// could have served: the attempts ran out first), for every person
-// working in that time.
-func (s *sim) block(now time.Time) {
+// familyID is the limit id of family f: "" for the main one.
+func (s *sim) familyID(f int) string {
+	if f == 0 || s.w.Model == nil {
+		return ""
+	}
+	return s.w.Model.ID
+}
+
+// block counts the time from a refused request of family f at now until
+// some account can serve the family again (at least a minute, for a
+// refusal while an account could have served: the attempts ran out
+// first), for every person working in that time. Each refusal starts no
+// earlier than the one before, so counting from the end counted so far
+// counts the union of the blocked stretches of every family once.
+func (s *sim) block(now time.Time, f int) {
 	free, gaveUp := time.Time{}, false
 	for _, a := range s.accts {
-		until := a.blockedUntil()
+		until := a.blockedUntil(f)
 		if until.IsZero() {
 			until, gaveUp = now.Add(time.Minute), true
 		}
@@ -224,8 +248,8 @@ func (s *sim) finish() {
 	var expired, capacity float64
 	for _, a := range s.accts {
 		a.at(end)
-		expired += a.windows[1].expired
-		capacity += a.windows[1].capacity
+		expired += a.fams[0][1].expired
+		capacity += a.fams[0][1].capacity
 	}
 	s.res.WeeklyExpired = expired / capacity
 }

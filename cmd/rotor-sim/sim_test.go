@@ -173,7 +173,7 @@ func TestReplayFeedsTheSelectorAsTheProxyDoes(t *testing.T) {
 	s.clk.Advance(now.Sub(s.clk.Now()))
 	s.request(request{at: now, conv: "c1", tokens: 120_000}) // fills its account
 	first := s.res.Served
-	a := s.accts[slices.IndexFunc(s.accts, func(a *account) bool { return a.windows[0].used > 0 })]
+	a := s.accts[slices.IndexFunc(s.accts, func(a *account) bool { return a.fams[0][0].used > 0 })]
 	st := s.rt.Snapshot(a.id)
 	if first != 1 || st.Quota == nil || st.Quota.Primary.UsedPercent != 100 || st.Quota.Primary.WindowMinutes != 300 {
 		t.Fatalf("served %d; quota recorded %+v", first, st.Quota)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/rotorproxy/rotor/rotation"
@@ -63,40 +64,79 @@ func (w *window) report() *rotation.Window {
 	}
 }
 
-// account is one account of the model: a five-hour and a weekly window.
+// account is one account of the model: a five-hour and a weekly window
+// for each limit family (SPEC §17: the main one first, then the model
+// of the workload's own family, when it has one), and credits.
 type account struct {
-	id      string
-	label   string
-	windows [2]window // five-hour, weekly
+	id    string
+	label string
+	// fams holds each family's windows: five-hour, weekly. fams[0] is
+	// the main family.
+	fams [][2]window
+	// hasCredits: the account holds credits (the workload gave it a
+	// balance); credits is the balance left, in tokens, and spent what
+	// requests served on credits used.
+	hasCredits     bool
+	credits, spent float64
 }
 
-// at brings both windows to now.
+// at brings every window to now.
 func (a *account) at(now time.Time) {
-	for i := range a.windows {
-		a.windows[i].at(now)
+	for f := range a.fams {
+		for i := range a.fams[f] {
+			a.fams[f][i].at(now)
+		}
 	}
 }
 
-// blockedUntil is when a can serve again: zero when it can now, else the
-// latest reset among its full windows.
-func (a *account) blockedUntil() time.Time {
+// fullUntil is when family f's windows can serve again: zero when none
+// is full, else the latest reset among its full windows.
+func (a *account) fullUntil(f int) time.Time {
 	var until time.Time
-	for i := range a.windows {
-		if w := &a.windows[i]; w.full() && w.resetsAt.After(until) {
+	for i := range a.fams[f] {
+		if w := &a.fams[f][i]; w.full() && w.resetsAt.After(until) {
 			until = w.resetsAt
 		}
 	}
 	return until
 }
 
-// serve charges a request of tokens to both windows.
-func (a *account) serve(now time.Time, tokens float64) {
-	for i := range a.windows {
-		a.windows[i].use(now, tokens)
+// blockedUntil is when a can serve a request of family f again: zero
+// when it can now (a window has room, or it is full and the account
+// still has credits to spend, as the backend does), else the latest
+// reset among the family's full windows.
+func (a *account) blockedUntil(f int) time.Time {
+	if a.credits > 0 {
+		return time.Time{}
 	}
+	return a.fullUntil(f)
 }
 
-// quota is what the answer's headers tell the proxy about a.
-func (a *account) quota(now time.Time) rotation.Quota {
-	return rotation.Quota{Primary: a.windows[0].report(), Secondary: a.windows[1].report(), ObservedAt: now}
+// serve charges a request of tokens to family f's windows, or, when one
+// of them is full, to the credits (the request that crosses the balance
+// is still served); it reports whether it was served on credits.
+func (a *account) serve(now time.Time, f int, tokens float64) (onCredits bool) {
+	if !a.fullUntil(f).IsZero() {
+		a.credits = max(a.credits-tokens, 0)
+		a.spent += tokens
+		return true
+	}
+	for i := range a.fams[f] {
+		a.fams[f][i].use(now, tokens)
+	}
+	return false
+}
+
+// quota is what the answer's headers tell the proxy about a: the main
+// windows, each other family's (named by the model it meters), and the
+// credits.
+func (a *account) quota(now time.Time, m *ModelSpec) rotation.Quota {
+	q := rotation.Quota{Primary: a.fams[0][0].report(), Secondary: a.fams[0][1].report(), ObservedAt: now}
+	if m != nil && len(a.fams) > 1 {
+		q.Families = []rotation.Family{{ID: m.ID, LimitName: m.Name, Primary: a.fams[1][0].report(), Secondary: a.fams[1][1].report()}}
+	}
+	if a.hasCredits {
+		q.Credits = &rotation.Credits{HasCredits: a.credits > 0, Balance: strconv.FormatFloat(a.credits, 'f', -1, 64)}
+	}
+	return q
 }

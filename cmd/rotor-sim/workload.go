@@ -18,12 +18,33 @@ type Workload struct {
 	About string `json:"about"`
 	// Start is the first instant of the replay (in testdata/sim, a Monday
 	// at midnight UTC).
-	Start     time.Time       `json:"start"`
-	Days      int             `json:"days"`
-	Plans     map[string]Plan `json:"plans"`
-	Accounts  []AccountSpec   `json:"accounts"`
-	Generator Generator       `json:"generator"`
+	Start    time.Time       `json:"start"`
+	Days     int             `json:"days"`
+	Plans    map[string]Plan `json:"plans"`
+	Accounts []AccountSpec   `json:"accounts"`
+	// Model, when set, is a model metered by a limit family of its own
+	// (SPEC §17) that some conversations use.
+	Model     *ModelSpec `json:"model,omitempty"`
+	Generator Generator  `json:"generator"`
 }
+
+// ModelSpec is a model the backend meters against a limit family of its
+// own (SPEC §17): every account has that family's five-hour and weekly
+// windows beside its main ones, each Capacity times the main window's
+// capacity of its plan, starting at first use like them. Share of the
+// conversations use the model (each drawn on its own, from a stream of
+// its own, so a week with the model has the same requests at the same
+// times as the week without it).
+type ModelSpec struct {
+	Name     string  `json:"name"` // the family's limit name: the model
+	ID       string  `json:"id"`   // the family's limit id
+	Share    float64 `json:"share"`
+	Capacity float64 `json:"capacity"`
+}
+
+// mainModel is the model every other conversation asks for: the main
+// family meters it.
+const mainModel = "gpt-5.3-codex"
 
 // Plan is what one account of a plan may use: tokens per five-hour window
 // and per weekly window.
@@ -40,6 +61,10 @@ type AccountSpec struct {
 	Plan     string         `json:"plan"`
 	FiveHour *RunningWindow `json:"five_hour,omitempty"`
 	Weekly   *RunningWindow `json:"weekly,omitempty"`
+	// Credits, when positive, is the account's credits balance in tokens
+	// (SPEC §17): once a window of a family is full the backend keeps
+	// answering and spends them, until the balance is gone.
+	Credits float64 `json:"credits_tokens,omitempty"`
 }
 
 // RunningWindow is a window that started before the replay.
@@ -87,6 +112,7 @@ type request struct {
 	at     time.Time
 	conv   string
 	tokens float64
+	fam    int // 0: the main family; 1: the workload's Model
 }
 
 // span is a stretch of time, [from, to).
@@ -144,6 +170,12 @@ func (w *Workload) check() error {
 		if p.FiveHourTokens <= 0 || p.WeeklyTokens <= 0 {
 			return fmt.Errorf("plan %q: capacities must be positive", a.Plan)
 		}
+		if a.Credits < 0 {
+			return fmt.Errorf("account %q: credits must not be negative", a.Label)
+		}
+	}
+	if m := w.Model; m != nil && (m.Name == "" || m.ID == "" || m.Share < 0 || m.Share > 1 || m.Capacity <= 0) {
+		return errors.New("model: name and id needed, share 0 to 1, capacity positive")
 	}
 	for _, s := range slices.Concat(g.Weekday, g.Weekend) {
 		if _, err := time.Parse("15:04", s.Start); err != nil {
@@ -163,6 +195,7 @@ func (w *Workload) End() time.Time { return w.Start.Add(time.Duration(w.Days) * 
 func (w *Workload) expand() *week {
 	g := &w.Generator
 	r := rand.New(rand.NewPCG(g.Seed, 0x5eed))
+	models := rand.New(rand.NewPCG(g.Seed, 0x40de1)) // which conversations use w.Model
 	wk := &week{working: make([][]span, g.People)}
 	conv := 0
 	for d := range w.Days {
@@ -182,6 +215,11 @@ func (w *Workload) expand() *week {
 				for t := from.Add(arrival(r, rate)); t.Before(to); t = t.Add(arrival(r, rate)) {
 					conv++
 					turns := g.conversation(r, t, fmt.Sprintf("p%d-c%d", p+1, conv))
+					if w.Model != nil && models.Float64() < w.Model.Share {
+						for i := range turns {
+							turns[i].fam = 1
+						}
+					}
 					wk.reqs = append(wk.reqs, turns...)
 					work.to = later(work.to, turns[len(turns)-1].at.Add(time.Minute))
 				}
