@@ -107,6 +107,16 @@
 // a summary: how often rotor's policy held, and every policy's sums;
 // -demand scales the conversations an hour (which also draws other
 // weeks).
+//
+// # The weeks of SPEC §18
+//
+// After the published weeks, make sim replays the weeks of the week
+// generator (testdata/sim/weeks/weeks.json, see Weeks) for every
+// workload, bounds each, and prints per policy: (minutes blocked + 60) /
+// (bound + 60), median and worst week (ratioSlack says why the hour);
+// weeks it blocked more than the best baseline; minutes blocked and
+// conversations moved, summed; credits spent; then rotor's policy against
+// §18's targets.
 package main
 
 import (
@@ -125,6 +135,7 @@ type options struct {
 	seeds  int
 	first  int
 	demand float64
+	weeks  string
 }
 
 func main() {
@@ -134,6 +145,7 @@ func main() {
 	flag.IntVar(&o.seeds, "seeds", 0, "instead of the tables, replay each workload with this many seeds (its own first) and summarise")
 	flag.IntVar(&o.first, "first-seed", 0, "with -seeds: start at this seed of each workload (0, the default, is its file's own): a later start replays weeks the policy was not tuned on")
 	flag.Float64Var(&o.demand, "demand", 1, "with -seeds: scale every workload's conversations an hour by this")
+	flag.StringVar(&o.weeks, "weeks", "", "the week generator's file (SPEC §18); default DIR/weeks/weeks.json, \"none\" for none")
 	flag.Parse()
 	if err := run(os.Stdout, &o); err != nil {
 		fmt.Fprintln(os.Stderr, "rotor-sim:", err)
@@ -166,6 +178,32 @@ func run(out io.Writer, o *options) error {
 			fmt.Fprintln(out)
 		}
 		writeTable(out, w, results)
+	}
+	return judgeAll(out, o, ws)
+}
+
+// judgeAll prints SPEC §18's tables: every workload of ws over the weeks
+// of o.weeks's generator.
+func judgeAll(out io.Writer, o *options, ws []*Workload) error {
+	path := o.weeks
+	switch path {
+	case "none":
+		return nil
+	case "":
+		path = filepath.Join(o.dir, "weeks", "weeks.json")
+	}
+	g, err := LoadWeeks(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n### Against the offline bound (SPEC §18)\n")
+	for _, w := range ws {
+		weeks, err := judgeWeeks(w, g)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.Name, err)
+		}
+		fmt.Fprintln(out)
+		writeJudged(out, w, g, weeks)
 	}
 	return nil
 }

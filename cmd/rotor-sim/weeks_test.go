@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The week generator (SPEC §18): the same file makes the same weeks; the
@@ -47,5 +51,43 @@ func TestWeeksAreFixedAndSpanTheDemand(t *testing.T) {
 			t.Errorf("%s: %d weeks with credits, %d with a model of its own, %d both, of %d", w.Name, credits, model, both, g.Weeks)
 		}
 		t.Logf("%s: %d weeks with credits, %d with a model of its own, %d both", w.Name, credits, model, both)
+	}
+}
+
+// SPEC §18's ratio: (blocked + 60 min) / (bound + 60 min), 1 when both
+// are zero, near the plain ratio when both are hours.
+func TestRatioToTheBound(t *testing.T) {
+	t.Parallel()
+	h := func(m float64) time.Duration { return time.Duration(m * float64(time.Minute)) }
+	for _, c := range []struct {
+		blocked, bound float64
+		want           float64
+	}{{0, 0, 1}, {60, 0, 2}, {540, 240, 2}, {0, 60, 0.5}} {
+		if got := ratio(h(c.blocked), h(c.bound)); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("ratio(%v, %v) = %v, want %v", c.blocked, c.bound, got, c.want)
+		}
+	}
+	if m := median([]float64{1, 2, 3, 4}); m != 2.5 {
+		t.Errorf("median %v", m)
+	}
+}
+
+// make sim prints, after the published weeks, a §18 table per workload
+// with a line for every policy and rotor's verdict.
+func TestRunPrintsTheTableAgainstTheBound(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := run(&out, &options{dir: workloads, only: "solo-2-plus"}); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if !strings.Contains(text, "### Against the offline bound (SPEC §18)") || !strings.Contains(text, "#### solo-2-plus, 64 weeks (weeks/1)") ||
+		!strings.Contains(text, "rotor (--credits last-resort) against SPEC §18:") {
+		t.Fatalf("output:\n%s", text)
+	}
+	for _, p := range Policies {
+		if strings.Count(text, "| "+p+" | ") != 2 {
+			t.Errorf("%s: not in both tables", p)
+		}
 	}
 }
