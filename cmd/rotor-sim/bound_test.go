@@ -178,3 +178,22 @@ func (p *scripted) pick(_ request, attempted []string) (int, bool) {
 }
 
 func (p *scripted) served(string, int) {}
+
+// The same with credits (SPEC §17): one account of each small day holds
+// a balance, spent once a window is full; the bound counts it as
+// capacity and still never exceeds the optimum.
+func TestOfflineBoundWithCreditsNeverExceedsTheOptimum(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(17, 18))
+	for n := range 30 {
+		w, wk := smallWeek(r)
+		w.Accounts[r.IntN(2)].Credits = float64(100 * (1 + r.IntN(4)))
+		bound, err := weekBound(w, wk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opt := optimum(t, w, wk); bound > opt {
+			t.Fatalf("instance %d: bound %s above the optimum %s\n%+v\n%+v", n, bound, opt, w, wk.reqs)
+		}
+	}
+}
