@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build release test lint bench bench-load soak demo sim e2e clean
+.PHONY: build release test lint docs bench bench-load soak demo sim e2e clean
 
 # Static, like the release archives: no C library mapped into every serve.
 build:
@@ -37,6 +37,13 @@ lint:
 	$(GO) vet ./...
 	GOOS=darwin $(GO) build ./... && GOOS=darwin $(GO) vet ./...
 	GOOS=windows $(GO) build ./... && GOOS=windows $(GO) vet ./...
+
+# docs/commands.md and docs/errors.md, written from the code: the CLI's help
+# table and flag sets (cmd/rotor/help.go) and the errors table (errors/).
+# make test fails (TestDocsAreCurrent) when either differs from what this
+# would write; running it again changes nothing.
+docs:
+	$(GO) test -count=1 -run '^TestDocsAreCurrent$$' ./cmd/rotor -args -update-docs
 
 # Speed and memory targets live here, not in timed unit tests.
 bench:
