@@ -200,3 +200,22 @@ func TestExpiringStaysInItsRange(t *testing.T) {
 		}
 	}
 }
+
+// A model metered by a family of its own spends only that family's
+// windows (SPEC §17), so its request is weighed by their expiry, not the
+// main windows'.
+func TestExpiringReadsTheRequestsFamily(t *testing.T) {
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	e := &entry{}
+	e.st.Quota = &Quota{
+		Primary: &Window{UsedPercent: 10, WindowMinutes: 300, ResetsAt: now.Add(4 * time.Hour)},
+		Families: []Family{{ID: "codex_sonic", LimitName: "sonic",
+			// 90% left, 20 minutes to its reset: about to be lost.
+			Primary: &Window{UsedPercent: 10, WindowMinutes: 300, ResetsAt: now.Add(20 * time.Minute)}}},
+	}
+	ns := now.UnixNano()
+	main, fam := score(e, ns, 1, 0, MainFamily), score(e, ns, 1, 0, "codex_sonic")
+	if fam-main < 0.4 {
+		t.Fatalf("score for the family's request %.3f, for the main one %.3f: the family's expiring window should weigh", fam, main)
+	}
+}

@@ -380,7 +380,7 @@ func refill(e *entry, now time.Time) {
 // enough to break exact ties only (a 10 ms difference in idle time
 // outweighs it, so bursts rotate). It reads the entry's derived integers
 // where it can: it runs for every account on every request.
-func score(e *entry, nowNS int64, head float64, offset float64) float64 {
+func score(e *entry, nowNS int64, head float64, offset float64, fam string) float64 {
 	health := 1.0
 	if e.healthAt != 0 {
 		h := e.healthBase + int((nowNS-e.healthAt)/int64(time.Minute))*healthRecovery
@@ -396,7 +396,8 @@ func score(e *entry, nowNS int64, head float64, offset float64) float64 {
 	}
 	sc := 0.35*health + 0.15*tokens/bucketSize + 0.3*idle + 0.2*head + 1e-6*offset
 	if q := e.st.Quota; q != nil {
-		sc += expiringWeight * expiring(q, nowNS)
+		p, sw := q.windowsOf(fam)
+		sc += expiringWeight * expiringOf(p, sw, nowNS)
 	}
 	return sc
 }
@@ -452,9 +453,18 @@ func expiring(q *Quota, nowNS int64) float64 {
 	if q == nil {
 		return 0
 	}
+	return expiringOf(q.Primary, q.Secondary, nowNS)
+}
+
+// expiringOf is expiring of one limit family's windows: p its five-hour
+// window, sw its weekly one. A request is weighed by the windows of the
+// family that meters it (SPEC §17): a model metered on its own spends
+// only its family's quota, so only that quota's expiry says where it
+// should go.
+func expiringOf(p, sw *Window, nowNS int64) float64 {
 	var urgency, projected [2]float64 // five-hour, weekly
 	room := [2]float64{1, 1}
-	for i, w := range [2]*Window{q.Primary, q.Secondary} {
+	for i, w := range [2]*Window{p, sw} {
 		if w == nil || w.WindowMinutes <= 0 || w.ResetsAt.IsZero() {
 			continue // no length or no reset: nothing says when it expires
 		}
@@ -617,7 +627,7 @@ func (s *Selector) best(v *view, req *Request, now time.Time) (int, int) {
 			continue
 		}
 		e.fresh(now)
-		_, limited, full, head, deferred := e.meter(req.Model)
+		fam, limited, full, head, deferred := e.meter(req.Model)
 		if limited > nowNS {
 			continue
 		}
@@ -625,7 +635,7 @@ func (s *Selector) best(v *view, req *Request, now time.Time) (int, int) {
 		if t < 0 {
 			continue
 		}
-		sc := score(e, nowNS, head, v.offset[i])
+		sc := score(e, nowNS, head, v.offset[i], fam)
 		if bi == 0 || t < bt || (t == bt && sc > bs) {
 			bi, bs, bt = i+1, sc, t
 		}
