@@ -57,8 +57,9 @@ func TestNewcomerPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(data)
-	// Not parallel: "rotor serve" as printed listens on 8787, and the
-	// package's tests that touch that port run in parallel, after this one.
+	// Not parallel: "rotor serve" as printed listens on 8787, so this runs
+	// while no other test of the package does (parallel tests start after
+	// the sequential ones); newcomerPortFree waits out other programs.
 	t.Run("add accounts", func(t *testing.T) { newcomerAddAccounts(t, bash, readme) })
 	t.Run("codex signed in", func(t *testing.T) { newcomerCodex(t, bash, readme) })
 }
