@@ -67,7 +67,16 @@ func (c *Client) LoginCallback(ctx context.Context, addr string, open func(strin
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	defer srv.Close()
+	// Shutdown, not Close: the callback hands over the tokens before its
+	// page has left for the browser, and Close would cut it, leaving the
+	// user looking at a broken page after a sign-in that worked.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+	}()
 
 	u := c.AuthorizeURL(p, state, redirect)
 	if open == nil || open(u) != nil {
