@@ -335,12 +335,21 @@ func digestBounded(h hash.Hash, v []byte) {
 // member is the value of the body's top-level member key as sent (the
 // first, if repeated), nil when the body has none or is not an object.
 func (r *request) member(key string) []byte {
-	for _, m := range r.scan.members {
-		if m.key(r.body) == key {
-			return r.body[m.valStart:m.end]
-		}
+	if m, ok := r.memberAt(key); ok {
+		return r.body[m.valStart:m.end]
 	}
 	return nil
+}
+
+// memberAt is where the body's top-level member key is (the first, if
+// repeated); ok is false when the body has none.
+func (r *request) memberAt(key string) (member, bool) {
+	for _, m := range r.scan.members {
+		if m.key(r.body) == key {
+			return m, true
+		}
+	}
+	return member{}, false
 }
 
 // inputArray is the body's input when it is an array of items, nil for a
