@@ -184,11 +184,15 @@ func (r *request) read(maxBody int) *rerr.Spec {
 		return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not valid JSON"}
 	case r.op == opChat:
 		var err error
-		if r.chat, err = chat.Parse(r.body); err != nil {
+		if !r.scan.object {
+			return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not a JSON object"}
+		}
+		// From the scan's members: no second walk of the messages.
+		if r.chat, err = chat.ParseMembers(r.scan.each(r.body)); err != nil {
 			return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: err.Error()}
 		}
 		r.model = r.chat.Model
-		f.promptCacheKey = r.chat.PromptCacheKey // read by chat.Parse's own pass
+		f.promptCacheKey = r.chat.PromptCacheKey // read by chat.ParseMembers
 		r.tier = strings.Clone(readFields(r.body, r.scan.members).tier)
 	default:
 		f = readFields(r.body, r.scan.members)

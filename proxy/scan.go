@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"iter"
 	"math/bits"
 	"unsafe"
 
@@ -151,6 +152,18 @@ func roleOf(item []byte) string {
 // conversation: "input" (Responses) or "messages" (Chat Completions).
 func isConversationKey(key []byte) bool {
 	return string(key) == `"input"` || string(key) == `"messages"`
+}
+
+// each yields the key (unescaped) and the value as sent of every
+// top-level member s found in body, in order.
+func (s *scanned) each(body []byte) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, m := range s.members {
+			if !yield(m.key(body), body[m.valStart:m.end]) {
+				return
+			}
+		}
+	}
 }
 
 // key is m's key, unescaped. The common case (no escapes) is a view into
