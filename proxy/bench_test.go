@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
@@ -241,5 +242,119 @@ func BenchmarkLargeBody(b *testing.B) {
 		if r.StatusCode != 200 {
 			b.Fatalf("status %d", r.StatusCode)
 		}
+	}
+}
+
+// The stages issue 45 found dearer per byte, each alone (SPEC §16's
+// derived key, §13's unbind) and the whole request path, on the shapes
+// that showed it: a pasted 2 MiB file as the first user message in a
+// Responses input array and in Chat messages, naming no conversation;
+// and 2 MiB of Codex history on a ChatGPT account.
+
+const shapeSize = 2 << 20
+
+// shapeRequest is body read as request.read reads it, for op.
+func shapeRequest(b *testing.B, op op, body []byte) *request {
+	r := &request{op: op, body: body, model: "gpt-5", header: new(fasthttp.RequestHeader)}
+	if !scanBody(body, &r.scan) {
+		b.Fatal("shape is not valid JSON")
+	}
+	return r
+}
+
+func BenchmarkDerivedAffinity(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		op   op
+		body []byte
+	}{
+		{"responses-input", opResponses, upstreamtest.PastedFileResponses(shapeSize, false)},
+		{"chat-messages", opChat, upstreamtest.PastedFileChat(shapeSize, false)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := shapeRequest(b, c.op, c.body)
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if derivedAffinity(r) == "" {
+					b.Fatal("no key derived")
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkUnbind(b *testing.B) {
+	blobs := 0
+	blob := func() string { blobs++; return fmt.Sprintf("gAAAAAB%0500d", blobs) }
+	codex := upstreamtest.CodexHistory(shapeSize, blob)
+	for _, c := range []struct {
+		name string
+		body []byte
+		// others: another account minted blobs too, so rotor cannot
+		// know without looking that none of this body's is foreign.
+		own, others bool
+	}{
+		{name: "pasted-file", body: upstreamtest.PastedFileResponses(shapeSize, false)},
+		{name: "codex-own-blobs", body: codex, own: true},
+		{name: "codex-own-blobs-others-known", body: codex, own: true, others: true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := &Server{}
+			if c.own {
+				gjson.GetBytes(c.body, "input").ForEach(func(_, it gjson.Result) bool {
+					s.mints.learnItem(it, "acct-a")
+					return true
+				})
+			}
+			if c.others {
+				s.mints.learn("gAAAAAB-another-account's", "acct-b")
+			}
+			r := shapeRequest(b, opResponses, c.body)
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if out := s.unbind(r, "acct-a", c.body, nil); len(out) != len(c.body) {
+					b.Fatal("unbind changed a body with nothing foreign")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLargeBodyShapes is the whole request path, in process, for
+// each shape; BenchmarkLargeBody is the same for one long string input.
+func BenchmarkLargeBodyShapes(b *testing.B) {
+	apiKey := func(b *testing.B) *env {
+		e := newBenchEnv(b)
+		e.up.Set("k1", upstreamtest.Behavior{ContextWindow: 1 << 20})
+		return e
+	}
+	for _, c := range []struct {
+		name, path string
+		env        func(*testing.B) *env
+		body       func(*env) []byte
+	}{
+		{"responses-input", "/v1/responses", apiKey, func(*env) []byte { return upstreamtest.PastedFileResponses(shapeSize, false) }},
+		{"chat-messages", "/v1/chat/completions", apiKey, func(*env) []byte { return upstreamtest.PastedFileChat(shapeSize, false) }},
+		{"codex-history-chatgpt", "/v1/responses", func(b *testing.B) *env {
+			e := newEnvWith(b, []acct{{accounts.KindChatGPT, "c1"}}, peerConfig{seed: 1})
+			e.up.Set("c1", upstreamtest.Behavior{ContextWindow: 1 << 20})
+			return e
+		}, func(e *env) []byte {
+			return upstreamtest.CodexHistory(shapeSize, func() string { return e.up.Mint("cg-c1") })
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := c.env(b)
+			body := string(c.body(e))
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				r := post(b, e.base+c.path, body, testKey)
+				answer, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				if r.StatusCode != 200 {
+					b.Fatalf("status %d: %.300s", r.StatusCode, answer)
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -48,6 +49,11 @@ const unknownOwner = "\x00refused"
 type mints struct {
 	mu       sync.Mutex
 	cur, old map[mintKey]string
+	// owners are the accounts that ever minted a blob rotor learnt (a
+	// few: one per account, and unknownOwner); never fewer than own what
+	// cur and old hold, so a pool where only one account minted anything
+	// is seen as such without looking at a blob.
+	owners []string
 }
 
 // learn records that account minted blob.
@@ -59,6 +65,17 @@ func (m *mints) learn(blob, account string) {
 		m.old, m.cur = m.cur, make(map[mintKey]string, 64)
 	}
 	m.cur[k] = account
+	if !slices.Contains(m.owners, account) {
+		m.owners = append(m.owners, account)
+	}
+}
+
+// onlyBy reports whether every blob rotor remembers was minted by account
+// (or none was): then no blob can be foreign to it.
+func (m *mints) onlyBy(account string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.owners) == 0 || len(m.owners) == 1 && m.owners[0] == account
 }
 
 // owner is the account that minted blob, if rotor knows it.
@@ -116,13 +133,7 @@ const (
 // a compaction had to go, for this attempt's account.
 func (s *Server) unbind(r *request, account string, body []byte, redo func(blob string) []byte) []byte {
 	r.contextCut = false
-	// Over HTTP the client's items are all there is to look at; a socket's
-	// may come with the conversation it remembers in front.
-	look := body
-	if r.socket == nil {
-		look = r.inputArray()
-	}
-	if r.encoded || !bytes.Contains(look, encryptedKey) {
+	if r.encoded || !s.mayBeForeign(r, account, body) {
 		return body
 	}
 	input := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "input")
@@ -182,6 +193,39 @@ func (s *Server) unbind(r *request, account string, body []byte, redo func(blob 
 	})
 	out = append(out, ']')
 	return append(out, body[input.Index+len(input.Raw):]...)
+}
+
+// mayBeForeign reports whether body, going to account, may carry a blob
+// account must not be sent; false is certain, true is for unbind to look
+// at item by item. Over HTTP it looks only at the blobs scanBody noted in
+// r's body (an edited body's items are the client's, unchanged), and at
+// none while no other account has minted anything: an API-key pool, or a
+// body without blobs, costs no search at all. A socket's body may carry
+// the conversation the socket remembers in front, which no scan saw.
+func (s *Server) mayBeForeign(r *request, account string, body []byte) bool {
+	switch {
+	case r.socket != nil:
+		return bytes.Contains(body, encryptedKey)
+	case len(r.scan.blobs) == 0:
+		return false
+	case r.unbindAll:
+		return true
+	case s.mints.onlyBy(account):
+		return false
+	}
+	in, ok := r.memberAt("input")
+	if !ok || r.body[in.valStart] != '[' {
+		return false
+	}
+	for _, b := range r.scan.blobs {
+		if b.start < in.valStart || b.end > in.end || r.body[b.start] != '"' {
+			continue // not in an input item, or not a string: not a blob
+		}
+		if s.foreign(r, account, stringAt(r.body, b.start, b.end)) {
+			return true
+		}
+	}
+	return false
 }
 
 // foreign reports whether blob must not go to account.

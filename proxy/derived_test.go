@@ -159,3 +159,76 @@ func TestDerivedAffinityKeepsThePromptCache(t *testing.T) {
 		t.Errorf("hit rate before %.2f, after %.2f: derived affinity did not keep the cache", before, after)
 	}
 }
+
+// derivedKey is the key request.read derives for body, sent to op.
+func derivedKey(t *testing.T, op op, body string) string {
+	t.Helper()
+	r := &request{op: op, body: []byte(body), model: "gpt-5"}
+	if !scanBody(r.body, &r.scan) {
+		t.Fatalf("not JSON: %.100s", body)
+	}
+	return derivedAffinity(r)
+}
+
+// Only the first affinityPrefix bytes of a first message and its length
+// are digested: conversations that share a long pasted beginning are
+// still told apart by their length, every later turn of one conversation
+// gets its first turn's key, and the same beginning gets the same key.
+func TestDerivedKeyBoundedPrefix(t *testing.T) {
+	t.Parallel()
+	file := strings.Repeat("x", 3*affinityPrefix) // longer than the prefix
+	for _, c := range []struct {
+		op    op
+		shape string // %s: the first user message's text
+		later string // a later turn appended to the conversation
+	}{
+		{opResponses, `{"model":"gpt-5","instructions":"Review.","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"%s"}]}%s]}`,
+			`,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Done."}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"And now?"}]}`},
+		{opChat, `{"model":"gpt-5","messages":[{"role":"system","content":"Review."},{"role":"user","content":"%s"}%s]}`,
+			`,{"role":"assistant","content":"Done."},{"role":"user","content":"And now?"}`},
+	} {
+		key := func(text, later string) string { return derivedKey(t, c.op, fmt.Sprintf(c.shape, text, later)) }
+		one := key(file+" What does it do?", "")
+		if one == "" {
+			t.Fatalf("op %d: no key derived", c.op)
+		}
+		if again := key(file+" What does it do?", ""); again != one {
+			t.Errorf("op %d: the same conversation got two keys", c.op)
+		}
+		if later := key(file+" What does it do?", c.later); later != one {
+			t.Errorf("op %d: a later turn of the conversation got another key", c.op)
+		}
+		if other := key(file+" Is it safe?", ""); other == one {
+			t.Errorf("op %d: first messages of the same prefix and different lengths got one key", c.op)
+		}
+		if other := key("y"+file[1:]+" What does it do?", ""); other == one {
+			t.Errorf("op %d: first messages differing within the prefix got one key", c.op)
+		}
+	}
+}
+
+// The elements scanBody notes stand in for a walk of the conversation:
+// the key is the same with them as without, however far into the
+// conversation the first user message is, and whatever comes before it.
+func TestDerivedKeyFromNotedTurns(t *testing.T) {
+	t.Parallel()
+	dev := `{"role":"developer","content":"Rule %d."}`
+	for _, before := range []int{0, 1, 7, 8, 9, 20} {
+		var items []string
+		for i := range before {
+			items = append(items, fmt.Sprintf(dev, i), `{"type":"function_call_output","call_id":"c","output":"x"}`)
+		}
+		items = append(items, `{"content":[{"type":"input_text","text":"hi"}],"role":"user"}`, `{"role":"user","content":"later"}`)
+		body := `{"model":"gpt-5","input":[` + strings.Join(items, ", ") + `],"messages":[]}`
+		r := &request{op: opResponses, body: []byte(body), model: "gpt-5"}
+		if !scanBody(r.body, &r.scan) {
+			t.Fatal("not JSON")
+		}
+		noted := derivedAffinity(r)
+		r.scan.nturns = 0 // as if nothing were noted: eachItem walks it all
+		walked := derivedAffinity(r)
+		if noted == "" || noted != walked {
+			t.Errorf("%d developer messages first: key %q from the noted turns, %q walked", before, noted, walked)
+		}
+	}
+}

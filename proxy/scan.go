@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"iter"
 	"math/bits"
 	"unsafe"
 
@@ -52,15 +53,38 @@ type scanned struct {
 	object  bool     // the body is a JSON object
 	members []member // its top-level members, in order
 	array   [topMembers]member
+	// blobs are the values of every "encrypted_content" member in the
+	// body, at any depth: account-bound content (SPEC §13) can only be
+	// where one is, so a body without any is never looked at for it
+	// again. A key spelled with escapes is not seen, as bytes.Contains
+	// did not see one before.
+	blobs []span
+	// turns are where the first elements of the conversation (the first
+	// "input" or "messages" member's array) are, turnsOf that member's
+	// value and turnsAll whether turns holds every element: what SPEC
+	// §16's derived key reads, found without walking a pasted file again.
+	turns    [headTurns]span
+	nturns   int
+	turnsOf  span
+	turnsAll bool
 }
+
+// headTurns is how many of a conversation's first elements a scan notes:
+// its system or developer messages and its first user message are among
+// them in every client seen.
+const headTurns = 8
+
+// span is where a value is in a body: body[start:end].
+type span struct{ start, end int }
 
 // scanBody reports whether body is one valid JSON value (RFC 8259, with
 // surrounding whitespace) and, when it is an object, records its top-level
 // members in s. History is mostly text, and str skips text fast; see
 // there for the one laxity this buys.
 func scanBody(body []byte, s *scanned) bool {
-	s.members = s.array[:0]
-	p := scanner{b: body}
+	s.members, s.blobs = s.array[:0], s.blobs[:0]
+	s.nturns, s.turnsOf, s.turnsAll = 0, span{}, false
+	p := scanner{b: body, rec: s}
 	i := p.space(0)
 	if i < len(body) && body[i] == '{' {
 		s.object = true
@@ -69,6 +93,77 @@ func scanBody(body []byte, s *scanned) bool {
 		i = p.value(i, 0)
 	}
 	return i >= 0 && p.space(i) == len(body)
+}
+
+// eachItem calls fn with each element of arr, a JSON array a scan has
+// found valid, until fn returns false, from the one after from: arr's
+// opening bracket, or the end of an element. Elements are walked as
+// scanBody walks them, text at memory speed, with no gjson parse.
+func eachItem(arr []byte, from int, fn func(item []byte) bool) {
+	p := scanner{b: arr}
+	i := p.space(from)
+	if i < len(arr) && (arr[i] == '[' || arr[i] == ',') {
+		i = p.space(i + 1)
+	}
+	for i < len(arr) && arr[i] != ']' {
+		end := p.value(i, 1)
+		if end < 0 || !fn(arr[i:end]) {
+			return
+		}
+		if i = p.space(end); i < len(arr) && arr[i] == ',' {
+			i = p.space(i + 1)
+		}
+	}
+}
+
+// roleOf is the role of item, a JSON object a scan has found valid (""
+// when it is not an object or has no string role). Its members are
+// walked only as far as role, which clients send before content.
+func roleOf(item []byte) string {
+	if len(item) == 0 || item[0] != '{' {
+		return ""
+	}
+	p := scanner{b: item}
+	for i := p.space(1); i < len(item) && item[i] == '"'; {
+		start := i
+		keyEnd := p.str(i)
+		if keyEnd < 0 {
+			return ""
+		}
+		valStart := p.space(p.space(keyEnd) + 1) // past the colon
+		end := p.value(valStart, 1)
+		if end < 0 {
+			return ""
+		}
+		if stringAt(item, start, keyEnd) == "role" {
+			if item[valStart] != '"' {
+				return ""
+			}
+			return stringAt(item, valStart, end)
+		}
+		if i = p.space(end); i < len(item) && item[i] == ',' {
+			i = p.space(i + 1)
+		}
+	}
+	return ""
+}
+
+// isConversationKey reports whether key (quotes included) names the
+// conversation: "input" (Responses) or "messages" (Chat Completions).
+func isConversationKey(key []byte) bool {
+	return string(key) == `"input"` || string(key) == `"messages"`
+}
+
+// each yields the key (unescaped) and the value as sent of every
+// top-level member s found in body, in order.
+func (s *scanned) each(body []byte) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, m := range s.members {
+			if !yield(m.key(body), body[m.valStart:m.end]) {
+				return
+			}
+		}
+	}
 }
 
 // key is m's key, unescaped. The common case (no escapes) is a view into
@@ -100,8 +195,11 @@ func stringAt(body []byte, from, to int) string {
 
 // scanner walks one body. Each method takes the index where its element
 // starts and returns the index just past it, or -1 when the body is not
-// valid JSON there.
-type scanner struct{ b []byte }
+// valid JSON there. rec, when set, gets the spans of the body's blobs.
+type scanner struct {
+	b   []byte
+	rec *scanned
+}
 
 func (p scanner) space(i int) int {
 	for i < len(p.b) {
@@ -125,7 +223,7 @@ func (p scanner) value(i, depth int) int {
 	case c == '{':
 		return p.object(i, depth, nil)
 	case c == '[':
-		return p.array(i, depth)
+		return p.array(i, depth, nil)
 	case c == 't':
 		return p.literal(i, "true")
 	case c == 'f':
@@ -161,11 +259,22 @@ func (p scanner) object(i, depth int, s *scanned) int {
 			return -1
 		}
 		valStart := p.space(i + 1)
-		if i = p.value(valStart, depth); i < 0 {
+		if s != nil && s.turnsOf.end == 0 && valStart < len(p.b) && p.b[valStart] == '[' && isConversationKey(p.b[start:keyEnd]) {
+			i = p.array(valStart, depth, s)
+			s.turnsOf = span{valStart, i}
+		} else {
+			i = p.value(valStart, depth)
+		}
+		if i < 0 {
 			return -1
 		}
 		if s != nil {
 			s.members = append(s.members, member{start: start, keyEnd: keyEnd, valStart: valStart, end: i})
+		}
+		// Keys are short, so comparing each costs next to nothing beside
+		// the scan itself; it saves a search of the whole body per attempt.
+		if p.rec != nil && keyEnd-start == len(encryptedKey) && string(p.b[start:keyEnd]) == string(encryptedKey) {
+			p.rec.blobs = append(p.rec.blobs, span{valStart, i})
 		}
 		if i = p.space(i); i >= len(p.b) {
 			return -1
@@ -181,23 +290,35 @@ func (p scanner) object(i, depth int, s *scanned) int {
 	}
 }
 
-func (p scanner) array(i, depth int) int {
+// array scans the array at i; with s set it is the conversation, and
+// the spans of its first elements are noted there.
+func (p scanner) array(i, depth int, s *scanned) int {
 	if depth++; depth > maxDepth {
 		return -1
 	}
 	i = p.space(i + 1)
 	if i < len(p.b) && p.b[i] == ']' {
+		if s != nil {
+			s.turnsAll = true
+		}
 		return i + 1
 	}
-	for {
+	for n := 0; ; n++ {
+		start := i
 		if i = p.value(i, depth); i < 0 {
 			return -1
+		}
+		if s != nil && n < headTurns {
+			s.turns[n], s.nturns = span{start, i}, n+1
 		}
 		if i = p.space(i); i >= len(p.b) {
 			return -1
 		}
 		switch p.b[i] {
 		case ']':
+			if s != nil {
+				s.turnsAll = n < headTurns
+			}
 			return i + 1
 		case ',':
 			i = p.space(i + 1)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,6 +33,10 @@ var scanSeeds = []string{
 	`"unterminated`, `"12345678901234567\"890"`, `["abcdefgh\\","ijklmnop"]`,
 	`{"model":"gpt-5","input":[{"role":"user","content":"hi"}],"stream":true}`,
 	"{\"k\\u0065y\":\"v\\n\", \"n\":[1,2,{\"x\":null}]}\n", `{"a":{"b":{"c":[[[]]]}}}`,
+	// Conversations: more elements than a scan notes, a role after the
+	// content, a role that is not a string, a second conversation key.
+	`{"messages":[1,"a",{"role":"system"},{},[],null,true,{"content":"x","role":"user"},{"role":2},{"role":"user"}],"input":[{"role":"user"}]}`,
+	`{"input":"one turn","messages":[{"content":{"a":"\"role\""},"role":"developer"}]}`, `{"input":[]}`,
 	"\"caf\xc3\xa9\"", `"aaaaaaaaaaaaaaaaaaaaaa\"\u00e9bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\\"`, `"aaaaaaaaaaaaaaaaaaaaaaaaaa\`, `[1 2]`, `{"a":1 "b":2}`, `{"":""}`, `[-]`, `[1e5.0]`,
 }
 
@@ -112,6 +117,73 @@ func checkScan(t *testing.T, body []byte) {
 	})
 	if i != len(s.members) {
 		t.Errorf("scanBody(%q): %d members, gjson sees %d", body, len(s.members), i)
+	}
+	checkTurns(t, body, &s)
+}
+
+// checkTurns holds the conversation's first elements, as scanBody noted
+// them, to gjson's elements of the first "input" or "messages" array.
+func checkTurns(t *testing.T, body []byte, s *scanned) {
+	t.Helper()
+	var conv *member
+	for k := range s.members {
+		m := &s.members[k]
+		if isConversationKey(body[m.start:m.keyEnd]) && body[m.valStart] == '[' {
+			conv = m
+			break
+		}
+	}
+	if conv == nil {
+		if s.nturns != 0 || s.turnsOf != (span{}) {
+			t.Fatalf("scanBody(%q): turns noted with no conversation", body)
+		}
+		return
+	}
+	if s.turnsOf != (span{conv.valStart, conv.end}) {
+		t.Fatalf("scanBody(%q): conversation at %v, its member at %d-%d", body, s.turnsOf, conv.valStart, conv.end)
+	}
+	items := gjson.ParseBytes(body[conv.valStart:conv.end]).Array()
+	if want := min(len(items), headTurns); s.nturns != want || s.turnsAll != (len(items) <= headTurns) {
+		t.Fatalf("scanBody(%q): %d turns noted (all %v), gjson sees %d", body, s.nturns, s.turnsAll, len(items))
+	}
+	for k, sp := range s.turns[:s.nturns] {
+		if got := string(body[sp.start:sp.end]); got != items[k].Raw {
+			t.Fatalf("scanBody(%q): turn %d is %q, gjson sees %q", body, k, got, items[k].Raw)
+		}
+	}
+	var walked []string
+	eachItem(body[conv.valStart:conv.end], 0, func(item []byte) bool { walked = append(walked, string(item)); return true })
+	for k := range items {
+		if k >= len(walked) || walked[k] != items[k].Raw {
+			t.Fatalf("eachItem(%q) = %q, gjson sees %v", body[conv.valStart:conv.end], walked, items)
+		}
+	}
+	for _, it := range items {
+		if got, want := roleOf([]byte(it.Raw)), it.Get("role"); want.Type == gjson.String && got != want.Str || want.Type != gjson.String && got != "" {
+			t.Fatalf("roleOf(%q) = %q, gjson sees %s", it.Raw, got, want.Raw)
+		}
+	}
+}
+
+// scanBody notes every encrypted_content value, at any depth, and nothing
+// else: what unbind looks at instead of searching the body again.
+func TestScanBodyNotesBlobs(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"include":["reasoning.encrypted_content"],"input":[{"type":"reasoning","encrypted_content":"gAAA1"},` +
+		`{"type":"message","content":[{"encrypted_content":"gAAA2"}],"text":"\"encrypted_content\": no"},{"encrypted_content":null}]}`)
+	var s scanned
+	if !scanBody(body, &s) {
+		t.Fatal("not JSON")
+	}
+	var got []string
+	for _, b := range s.blobs {
+		got = append(got, string(body[b.start:b.end]))
+	}
+	if want := []string{`"gAAA1"`, `"gAAA2"`, `null`}; !slices.Equal(got, want) {
+		t.Errorf("blobs %q, want %q", got, want)
+	}
+	if scanBody([]byte(`{"input":[{"type":"message","content":"hi"}]}`), &s); len(s.blobs) != 0 {
+		t.Errorf("a body without blobs kept %d of the last one's", len(s.blobs))
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rotorproxy/rotor/proxy/dashboard"
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 type config struct {
@@ -65,9 +67,13 @@ type scenario struct {
 	name    string
 	conc    int // closed-loop workers, or concurrent streams
 	body    []byte
+	path    string // under /v1; "" is /responses
 	streams bool
 	events  int
 	gapMS   int
+	// chatgpt: rotor's one account is a ChatGPT login (Codex's backend)
+	// instead of an API key.
+	chatgpt bool
 }
 
 // result is what one scenario measured through one peer.
@@ -85,10 +91,18 @@ func scenarios() []scenario {
 	small := []byte(`{"model":"gpt-5","input":"hi","stream":false}`)
 	big := bytes.Repeat([]byte("x"), 2<<20)
 	large := append(append([]byte(`{"model":"gpt-5","stream":false,"input":"`), big...), `"}`...)
+	// The shapes that made SPEC §13–§16 dear (issue 45): a pasted file as
+	// the first user message, naming no conversation, so rotor derives one
+	// (§16); and Codex's history, dense with items and blobs (§13).
+	blobs := 0
+	blob := func() string { blobs++; return fmt.Sprintf("gAAAAAB%0500d", blobs) }
 	return []scenario{
 		{name: "non-stream C=1", conc: 1, body: small},
 		{name: "non-stream C=64", conc: 64, body: small},
 		{name: "2 MiB bodies C=8", conc: 8, body: large},
+		{name: "2 MiB first message in input C=8", conc: 8, body: upstreamtest.PastedFileResponses(2<<20, false)},
+		{name: "2 MiB first message in Chat messages C=8", conc: 8, body: upstreamtest.PastedFileChat(2<<20, false), path: "/chat/completions"},
+		{name: "2 MiB Codex history on ChatGPT C=8", conc: 8, body: upstreamtest.CodexHistory(2<<20, blob), chatgpt: true},
 		{name: "100 streams x 20 events", conc: 100, streams: true, events: 20, gapMS: 50},
 		{name: "1000 streams x 20 events", conc: 1000, streams: true, events: 20, gapMS: 50},
 		// Longer-lived streams, as a Codex turn's are: more of them open at
@@ -137,7 +151,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		// Fresh proxies for every scenario: each peak RSS is then the
 		// scenario's own, not what the one before left resident (Go hands
 		// memory back to the OS only slowly).
-		peers, stop, err := startPeers(ctx, cfg, up, log)
+		peers, stop, err := startPeers(ctx, cfg, up, log, sc.chatgpt)
 		if err != nil {
 			return err
 		}
@@ -165,9 +179,10 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 }
 
 // startPeers starts the naive proxy, the floor proxy and rotor in front
-// of up (with a dashboard open on rotor when cfg says so) and returns the
-// four peers, direct first and rotor last; stop ends them.
-func startPeers(ctx context.Context, cfg config, up string, log io.Writer) (peers []peer, stop func(), err error) {
+// of up (with a dashboard open on rotor when cfg says so; rotor's account
+// a ChatGPT login when chatgpt is set) and returns the four peers, direct
+// first and rotor last; stop ends them.
+func startPeers(ctx context.Context, cfg config, up string, log io.Writer, chatgpt bool) (peers []peer, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for _, f := range slices.Backward(stops) {
@@ -200,7 +215,7 @@ func startPeers(ctx context.Context, cfg config, up string, log io.Writer) (peer
 		return nil, stop, err
 	}
 	stops = append(stops, func() { os.RemoveAll(home) })
-	rotor, err := startRotor(ctx, cfg, up, home)
+	rotor, err := startRotor(ctx, cfg, up, home, chatgpt)
 	if err != nil {
 		return nil, stop, fmt.Errorf("rotor: %w", err)
 	}
@@ -252,8 +267,8 @@ func measure(ctx context.Context, cfg config, sc scenario, p peer) *result {
 	return r
 }
 
-func newRequest(ctx context.Context, p peer, body []byte) *http.Request {
-	req, _ := http.NewRequestWithContext(ctx, "POST", p.base+"/responses", bytes.NewReader(body))
+func newRequest(ctx context.Context, p peer, path string, body []byte) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, "POST", p.base+cmp.Or(path, "/responses"), bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+clientKey)
 	req.Header.Set("Content-Type", "application/json")
 	return req
@@ -273,7 +288,7 @@ func closedLoop(ctx context.Context, client *http.Client, sc scenario, p peer, d
 			var mine []time.Duration
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				resp, err := client.Do(newRequest(context.Background(), p, sc.body))
+				resp, err := client.Do(newRequest(context.Background(), p, sc.path, sc.body))
 				if err == nil {
 					_, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -309,7 +324,7 @@ func streams(ctx context.Context, client *http.Client, sc scenario, p peer) *res
 	var wg sync.WaitGroup
 	for range sc.conc {
 		wg.Go(func() {
-			req := newRequest(ctx, p, body)
+			req := newRequest(ctx, p, sc.path, body)
 			req.Header.Set("x-bench-events", strconv.Itoa(sc.events))
 			req.Header.Set("x-bench-gap-ms", strconv.Itoa(sc.gapMS))
 			t0 := time.Now()
@@ -484,14 +499,20 @@ func startProc(ctx context.Context, cmd *exec.Cmd, prefix string) (*proc, error)
 	return nil, errors.New("did not start within 20 s")
 }
 
-// startRotor starts `rotor serve` on a fresh home (under home) with one API-key account
-// whose base URL is the upstream.
-func startRotor(ctx context.Context, cfg config, upstream, home string) (*proc, error) {
+// startRotor starts `rotor serve` on a fresh home (under home) with one
+// account whose base URL is the upstream: an API key, or with chatgpt the
+// test ChatGPT login of testdata/jwt (its token expires in 2100).
+func startRotor(ctx context.Context, cfg config, upstream, home string, chatgpt bool) (*proc, error) {
 	bin := cfg.rotor
 	env := append(cfg.env(), "ROTOR_HOME="+filepath.Join(home, "home"), "ROTOR_SECRETS=file",
-		"ROTOR_OPENAI_BASE_URL="+upstream+"/v1", "ROTOR_CLIENT_KEY="+clientKey)
+		"ROTOR_OPENAI_BASE_URL="+upstream+"/v1", "ROTOR_CHATGPT_BASE_URL="+upstream+"/backend-api",
+		"ROTOR_CLIENT_KEY="+clientKey)
 	add := exec.CommandContext(ctx, bin, "add-key", "--label", "bench")
-	add.Env, add.Stdin = env, strings.NewReader("sk-bench-0123456789")
+	add.Stdin = strings.NewReader("sk-bench-0123456789")
+	if chatgpt {
+		add = exec.CommandContext(ctx, bin, "import", "codex", "--file", "testdata/jwt/codex_auth.json", "--label", "bench")
+	}
+	add.Env = env
 	if out, err := add.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("add-key: %v: %s", err, out)
 	}

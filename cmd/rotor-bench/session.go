@@ -40,7 +40,7 @@ type sessionResult struct {
 // runSessions measures sessions over HTTP and over one socket through
 // rotor (started afresh in front of up) and prints their table.
 func runSessions(ctx context.Context, cfg config, up string, out, log io.Writer) error {
-	peers, stop, err := startPeers(ctx, cfg, up, log)
+	peers, stop, err := startPeers(ctx, cfg, up, log, false)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func httpSession(ctx context.Context, p peer, r *sessionResult) error {
 	client := &http.Client{Timeout: 60 * time.Second}
 	for turn := range sessionTurns {
 		body := `{"model":"gpt-5","stream":true,"store":false,"input":[` + strings.Join(items, ",") + `]}`
-		req := newRequest(ctx, p, []byte(body))
+		req := newRequest(ctx, p, "", []byte(body))
 		req.Header.Set("session_id", "bench-http")
 		req.Header.Set("x-bench-session", "1")
 		t0 := time.Now()

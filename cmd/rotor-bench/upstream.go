@@ -67,10 +67,12 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The body is read whole, as the real API does before answering.
+	// Clients put "stream" first (SDKs) or last (Codex): both ends count.
 	var head [512]byte
 	n, _ := io.ReadFull(r.Body, head[:])
-	io.Copy(io.Discard, r.Body)
-	if !bytes.Contains(head[:n], []byte(`"stream":true`)) {
+	var tail tailWriter
+	io.Copy(&tail, r.Body)
+	if !bytes.Contains(head[:n], []byte(`"stream":true`)) && !bytes.Contains(tail.last(), []byte(`"stream":true`)) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(completed)
 		return
@@ -94,3 +96,23 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":%s}\n\n", completed)
 }
+
+// tailWriter keeps the last bytes written to it, up to 512.
+type tailWriter struct {
+	buf [1024]byte
+	n   int
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) > 512 {
+		p = p[len(p)-512:]
+	}
+	if t.n+len(p) > len(t.buf) {
+		t.n = copy(t.buf[:], t.buf[t.n-512:t.n]) // keep the last 512
+	}
+	t.n += copy(t.buf[t.n:], p)
+	return n, nil
+}
+
+func (t *tailWriter) last() []byte { return t.buf[max(0, t.n-512):t.n] }

@@ -11,6 +11,7 @@ package chat
 import (
 	"errors"
 	"fmt"
+	"iter"
 
 	"github.com/tidwall/gjson"
 )
@@ -46,37 +47,49 @@ func Parse(body []byte) (Request, error) {
 	if !root.IsObject() {
 		return Request{}, errors.New("request body is not a JSON object")
 	}
+	return ParseMembers(func(yield func(string, []byte) bool) {
+		root.ForEach(func(k, v gjson.Result) bool { return yield(k.Str, []byte(v.Raw)) })
+	})
+}
+
+// ParseMembers is Parse over the top-level members of a body that is a
+// JSON object already found valid, given as each key (unescaped) and its
+// value as sent, in order. Only the values it reads are parsed: the
+// messages, a whole pasted file perhaps, are only checked to be an
+// array, so a caller that found the members in its own scan of the body
+// does not pay for a second walk of it, nor for a copy.
+func ParseMembers(members iter.Seq2[string, []byte]) (Request, error) {
 	var r Request
 	hasMessages := false
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	for key, raw := range members {
+		v := func() gjson.Result { return gjson.ParseBytes(raw) }
+		switch key {
 		case "model":
-			r.Model = v.String()
+			r.Model = v().String()
 		case "prompt_cache_key":
-			if r.PromptCacheKey == "" && v.Type == gjson.String {
+			if v := v(); r.PromptCacheKey == "" && v.Type == gjson.String {
 				r.PromptCacheKey = v.Str
 			}
 		case "messages":
-			hasMessages = v.IsArray()
+			hasMessages = len(raw) > 0 && raw[0] == '['
 		case "stream":
-			r.Stream = v.Type == gjson.True
+			r.Stream = v().Type == gjson.True
 		case "stream_options":
-			r.IncludeUsage = v.Get("include_usage").Type == gjson.True
+			r.IncludeUsage = v().Get("include_usage").Type == gjson.True
 		case "n":
-			r.unsupported("n", v.Int() > 1)
+			r.unsupported("n", v().Int() > 1)
 		case "logprobs":
-			r.unsupported("logprobs", v.Type == gjson.True)
+			r.unsupported("logprobs", v().Type == gjson.True)
 		case "top_logprobs":
-			r.unsupported("top_logprobs", v.Int() > 0)
+			r.unsupported("top_logprobs", v().Int() > 0)
 		case "audio":
-			r.unsupported("audio", v.Type != gjson.Null)
+			r.unsupported("audio", v().Type != gjson.Null)
 		case "modalities":
-			for _, m := range v.Array() {
+			for _, m := range v().Array() {
 				r.unsupported("modalities", m.Str != "text")
 			}
 		}
-		return true
-	})
+	}
 	if !hasMessages {
 		return r, errors.New(`"messages" must be an array of messages`)
 	}
