@@ -61,7 +61,7 @@ bench-load: build
 soak: build
 	$(GO) run ./cmd/rotor-soak -rotor $(BIN)
 
-# Quota stewardship (SPEC §15): week-long workloads (testdata/sim) replayed
+# Quota stewardship (docs/selection.md): week-long workloads (testdata/sim) replayed
 # through rotor's real selector on a fake clock, against round-robin,
 # fill-first and least-used; prints one markdown table per workload
 # (docs/PERFORMANCE.md). SIM_ARGS="-seeds 16" summarises 16 weeks of each.

@@ -16,7 +16,7 @@ import (
 )
 
 // Codex CLI's config.toml, edited by "rotor codex link" and "unlink"
-// (SPEC §14): two top-level settings point Codex, keeping its own sign-in
+// (docs/codex.md): two top-level settings point Codex, keeping its own sign-in
 // and built-in provider, at rotor. Every other byte of the file stays as
 // it was, comments and tables included, and a file rotor cannot read as
 // TOML is never written.

@@ -9,7 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Identity is what a ChatGPT token says about its account (SPEC §5).
+// Identity is what a ChatGPT token says about its account (docs/accounts.md).
 type Identity struct {
 	Email            string
 	ChatGPTAccountID string

@@ -11,7 +11,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// ParseProxy checks raw, an account's own proxy URL (SPEC §11), and
+// ParseProxy checks raw, an account's own proxy URL (docs/service.md), and
 // splits it into what accounts.json keeps (Account.ProxyURL, no
 // password) and the password, which only the secrets store keeps. An
 // invalid URL is a VALIDATION error that never repeats the URL.

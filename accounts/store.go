@@ -20,7 +20,7 @@ import (
 // Kind is the kind of an account, which decides its upstream adapter.
 type Kind string
 
-// Account kinds (SPEC §2).
+// Account kinds (docs/files.md).
 const (
 	KindChatGPT Kind = "chatgpt"
 	KindAPIKey  Kind = "api-key"
@@ -46,9 +46,9 @@ type Account struct {
 	AddedAt          time.Time `json:"added_at"`
 	FlaggedReason    *string   `json:"flagged_reason"`
 	// CodexAuthFile links a ChatGPT account to the Codex CLI auth.json it
-	// was imported from (SPEC §9): refreshes read it first and write back.
+	// was imported from (docs/codex.md): refreshes read it first and write back.
 	CodexAuthFile string `json:"codex_auth_file,omitempty"`
-	// ProxyURL is the account's own outbound proxy (SPEC §11), which wins
+	// ProxyURL is the account's own outbound proxy (docs/service.md), which wins
 	// over the environment's, as netproxy.Display shows it: never with a
 	// password, which is kept in the account's secret (ProxyPassword).
 	ProxyURL string `json:"proxy_url,omitempty"`
@@ -214,7 +214,7 @@ func Parse(path string, data []byte) (*Pool, error) {
 func (s *Store) Update(fn func(*Pool) error) (*Pool, error) {
 	edit := func(p *Pool) (*Pool, error) { return p, fn(p) }
 	// Backed up after the write, so the newest backup always holds the
-	// current good state (SPEC §2): restoring it loses nothing. A crash
+	// current good state (docs/files.md): restoring it loses nothing. A crash
 	// in between leaves the previous state there, which is still good.
 	backup := func() error {
 		if err := home.Rotate(s.path, Backups); err != nil {

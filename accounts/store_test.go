@@ -153,7 +153,7 @@ func TestUpdateKeepsThreeBackupsNewestFirst(t *testing.T) {
 		versions = append(versions, readFile(t, st.Path()))
 
 		// After update i, .bak holds version i (the current good state),
-		// .bak.1 version i-1, .bak.2 version i-2 (SPEC §2).
+		// .bak.1 version i-1, .bak.2 version i-2 (docs/files.md).
 		for b := range Backups {
 			name := home.BackupName(st.Path(), b)
 			got, err := os.ReadFile(name)

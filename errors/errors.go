@@ -1,6 +1,6 @@
 // Package rerr holds rotor's error vocabulary: the typed errors that cross
-// package boundaries (SPEC §6) and the table of stable HTTP error codes the
-// proxy answers with (SPEC §4), together with the one builder that turns a
+// package boundaries (docs/errors.md) and the table of stable HTTP error codes the
+// proxy answers with (docs/selection.md), together with the one builder that turns a
 // code into a payload.
 //
 // The package lives in the errors/ folder but is named rerr so that it never
@@ -12,7 +12,7 @@ import (
 	"fmt"
 )
 
-// Codes of typed errors (SPEC §6). They are stable: scripts and tests match
+// Codes of typed errors (docs/errors.md). They are stable: scripts and tests match
 // on them.
 const (
 	CodeStorageUnreadable = "STORAGE_UNREADABLE"

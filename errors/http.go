@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Stable error codes of proxy-made responses (SPEC §4).
+// Stable error codes of proxy-made responses (docs/selection.md).
 const (
 	ProxyNotFound        = "runtime_rotation_proxy_not_found"
 	ProxyUnauthorized    = "runtime_rotation_proxy_unauthorized"
@@ -25,7 +25,7 @@ const (
 	// ProxyHeadersTooLarge answers request headers over the server's limit.
 	ProxyHeadersTooLarge = "runtime_rotation_proxy_headers_too_large"
 	// UnsupportedParameter answers a Chat Completions request that only an
-	// API-key account could serve when none can (SPEC §7).
+	// API-key account could serve when none can (docs/clients.md).
 	UnsupportedParameter = "unsupported_parameter"
 )
 
@@ -215,7 +215,7 @@ func appendField(b []byte, key string, v any, comma bool) []byte {
 	return append(b, enc...)
 }
 
-// Frame is r as a Responses WebSocket error frame (SPEC §10), the shape
+// Frame is r as a Responses WebSocket error frame (docs/codex.md), the shape
 // Codex CLI reads: {"type":"error","status":N,"error":{…},"headers":{…}}.
 // headers are the ones an HTTP answer would carry, as name and value
 // pairs; retry-after-ms and retry-after are added from r.

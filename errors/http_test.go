@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// specTable is SPEC §4's error table: every code the proxy makes, its HTTP
+// specTable is docs/selection.md's error table: every code the proxy makes, its HTTP
 // status, and the type and category it is sent with.
 var specTable = []HTTPCode{
 	{"runtime_rotation_proxy_not_found", 404, "not_found_error", "configuration_error"},

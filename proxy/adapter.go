@@ -11,7 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 )
 
-// An Adapter is everything that differs between account kinds (SPEC §4
+// An Adapter is everything that differs between account kinds (docs/selection.md
 // Upstream adapters): where the kind's upstream is, the headers it needs,
 // how a client's body is edited for it, how its answer becomes the
 // client's, what it refuses, and whether its credential is renewed. Each
@@ -81,7 +81,7 @@ func (as *Adapters) For(k accounts.Kind) Adapter {
 
 // Endpoint is the upstream endpoint (scheme://host:port, and the proxy in
 // between when there is one) account a is served from: where a connect
-// failure puts it out of reach (SPEC §4, §11).
+// failure puts it out of reach (docs/selection.md, docs/service.md).
 // rotation.Selector.SetEndpointOf takes it.
 func (as *Adapters) Endpoint(a *accounts.Account) string {
 	return wayOf(as.For(a.Kind).base(a.BaseURL), a.ProxyURL, as.envProxy).endpoint

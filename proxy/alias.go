@@ -10,7 +10,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 )
 
-// Model aliases (SPEC §12): a request for an alias's From goes out as its
+// Model aliases (docs/aliases.md): a request for an alias's From goes out as its
 // To on accounts of the alias's kind. They are applied per attempt, as
 // the last edit of the body, because failover may move a request to an
 // account of another kind, where the alias may not apply. The client's

@@ -16,7 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-// SPEC §12 Model aliases: a request for FROM goes out as TO on accounts
+// docs/aliases.md Model aliases: a request for FROM goes out as TO on accounts
 // of the alias's kind, the rest of the body byte for byte as the client
 // sent it; the answer comes back as the upstream sent it.
 
@@ -106,7 +106,7 @@ func TestAliasOnChatCompletionsBothKinds(t *testing.T) {
 	}
 
 	// A ChatGPT account's upstream gets the Responses translation, renamed.
-	// Another conversation: the same one would stay on account 1 (SPEC §16).
+	// Another conversation: the same one would stay on account 1 (docs/aliases.md).
 	other := strings.Replace(body, `"hi"`, `"hi there"`, 1)
 	e.prefer(2)
 	if resp := e.do("POST", "/v1/chat/completions", other); resp.StatusCode != 200 {

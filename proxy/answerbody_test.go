@@ -106,8 +106,8 @@ func FuzzChunkedBody(f *testing.F) {
 		want, werr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(wire)))
 		if werr != nil && (strings.Contains(werr.Error(), "bare LF") || strings.Contains(werr.Error(), "invalid byte in chunk length")) {
 			// Go refuses two things RFC 9112 allows and rotor takes: a
-			// lone LF for a line's end (§2.2), and blanks before a chunk
-			// extension's ';' (§7.1.1, BWS). Only the end is checked.
+			// lone LF for a line's end (docs/files.md.2), and blanks before a chunk
+			// extension's ';' (docs/clients.md.1.1, BWS). Only the end is checked.
 			werr, want = nil, got
 		}
 		if werr != nil || !bytes.Equal(got, want) {

@@ -41,7 +41,7 @@ func (apiKeyAdapter) body(r *request) ([]byte, answerForm, error) {
 
 // refuses keeps API keys away from Codex's models catalog while a ChatGPT
 // account can answer it: an API key's list is OpenAI's, which Codex
-// cannot read as its catalog (SPEC §14).
+// cannot read as its catalog (docs/codex.md).
 func (apiKeyAdapter) refuses(r *request) string {
 	if r.codexCatalog {
 		return skipNotCatalog

@@ -186,7 +186,7 @@ func BenchmarkStreamMemory(b *testing.B) {
 	}
 }
 
-// BenchmarkConcurrentStreams is SPEC §4's capacity target: 2,000
+// BenchmarkConcurrentStreams is docs/selection.md's capacity target: 2,000
 // concurrent streams through one proxy all complete, and none is refused
 // by rotor's own limits. It reports the time for the whole wave and the
 // failures (which must be 0: the benchmark fails otherwise).
@@ -245,8 +245,8 @@ func BenchmarkLargeBody(b *testing.B) {
 	}
 }
 
-// The stages issue 45 found dearer per byte, each alone (SPEC §16's
-// derived key, §13's unbind) and the whole request path, on the shapes
+// The stages issue 45 found dearer per byte, each alone (docs/selection.md's
+// derived key, docs/codex.md's unbind) and the whole request path, on the shapes
 // that showed it: a pasted 2 MiB file as the first user message in a
 // Responses input array and in Chat messages, naming no conversation;
 // and 2 MiB of Codex history on a ChatGPT account.

@@ -12,7 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Account-bound content (SPEC §13). The ChatGPT backend lets only the
+// Account-bound content (docs/codex.md). The ChatGPT backend lets only the
 // account that minted an encrypted_content blob (a reasoning item's, a
 // compaction item's) read it again; any other account refuses the whole
 // request. Codex sends its history, blobs included, with every request, so

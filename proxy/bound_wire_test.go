@@ -15,7 +15,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// Wire tests of SPEC §13 against a fake upstream that binds reasoning and
+// Wire tests of docs/codex.md against a fake upstream that binds reasoning and
 // compaction blobs to the account that minted them, as the ChatGPT
 // backend does: a move that sent another account's blob would be refused.
 

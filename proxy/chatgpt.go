@@ -16,10 +16,9 @@ import (
 	"github.com/rotorproxy/rotor/proxy/chat"
 )
 
-// chatgptAdapter serves ChatGPT accounts through the Codex backend (SPEC
-// §4, §5): it only streams, does not store, rejects a few parameters
+// chatgptAdapter serves ChatGPT accounts through the Codex backend (docs/selection.md, docs/accounts.md): it only streams, does not store, rejects a few parameters
 // generic clients send, and speaks Responses only, so Chat Completions are
-// translated (SPEC §7) and a non-streaming client's answer is assembled.
+// translated (docs/clients.md) and a non-streaming client's answer is assembled.
 type chatgptAdapter struct{ upstream }
 
 // chatgptPaths are the Codex backend's paths, by op.
@@ -92,7 +91,7 @@ func (ad chatgptAdapter) body(r *request) ([]byte, answerForm, error) {
 func (chatgptAdapter) edit(r *request) ([]byte, answerForm, error) {
 	switch {
 	case r.op == opResponses && lite(r):
-		// Codex's own request for a Lite model: nothing of §5's edit
+		// Codex's own request for a Lite model: nothing of docs/accounts.md's edit
 		// applies to it, and the backend reads it as it is.
 		return r.body, formAsIs, nil
 	case r.op == opResponses:
@@ -111,7 +110,7 @@ func (chatgptAdapter) edit(r *request) ([]byte, answerForm, error) {
 	return r.body, formAsIs, nil
 }
 
-// liteHeader says a request is Responses Lite (SPEC §13); on a socket
+// liteHeader says a request is Responses Lite (docs/codex.md); on a socket
 // the frame's client_metadata carries it instead (metadataHeaders).
 const liteHeader = "X-OpenAI-Internal-Codex-Responses-Lite"
 
@@ -131,7 +130,7 @@ func lite(r *request) bool {
 
 // DroppedForChatGPT are the request parameters the ChatGPT Codex backend
 // rejects ("Unsupported parameter: …"); rotor drops them when a generic
-// client's request goes to a ChatGPT account (SPEC §5). The backend manages
+// client's request goes to a ChatGPT account (docs/accounts.md). The backend manages
 // output budgets and sampling itself.
 var DroppedForChatGPT = []string{
 	"max_output_tokens", "max_completion_tokens", "max_tokens",

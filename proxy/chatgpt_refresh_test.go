@@ -16,7 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Tests of SPEC §4/§5 token refresh inside one proxy: after a 401 the
+// Tests of docs/selection.md/docs/accounts.md token refresh inside one proxy: after a 401 the
 // ChatGPT account's token is refreshed once and the call retried on the
 // same account; an access token about to expire is refreshed before use; a
 // refresh that fails cools the account down (and, when the refresh token is

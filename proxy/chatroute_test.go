@@ -18,7 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Tests of SPEC §7 on the wire: /v1/chat/completions through the same
+// Tests of docs/clients.md on the wire: /v1/chat/completions through the same
 // guard, selection, failover and error payloads as /v1/responses, with a
 // ChatGPT account's Codex stream translated event by event.
 

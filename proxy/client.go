@@ -319,7 +319,7 @@ func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 // An endpoint is where an upstream base lives: scheme, host and port, and
 // the proxy in between when there is one (see way). When rotor cannot
 // connect to it, the network (or that host, or that proxy) is at fault,
-// not the accounts behind it (SPEC §4's connect-error row), so the fault
+// not the accounts behind it (docs/selection.md's connect-error row), so the fault
 // is recorded on the endpoint, in the runtime state every process on the
 // home shares (rotation.Runtime.EndpointDown), and no account is marked.
 type endpoints struct {

@@ -18,7 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// SPEC §4: "A client that goes away cancels the upstream request", also
+// docs/selection.md: "A client that goes away cancels the upstream request", also
 // before the first byte of its answer, when nothing is written to it that
 // could fail: rotor watches the client while it waits (clientWatch).
 

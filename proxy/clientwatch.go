@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// A client that leaves while rotor waits on an upstream for it (SPEC §4:
+// A client that leaves while rotor waits on an upstream for it (docs/selection.md:
 // "a client that goes away cancels the upstream request"). fasthttp's
 // server reads nothing from a client while its handler runs, and a socket
 // reads nothing while it answers a request, so a client that leaves before
@@ -31,7 +31,7 @@ import (
 
 // watchAfter is how long an attempt waits before its client is watched:
 // an upstream that answers sooner costs no goroutine, and a client that
-// leaves is still let go of well within SPEC §4's second.
+// leaves is still let go of well within docs/selection.md's second.
 const watchAfter = 250 * time.Millisecond
 
 // errClientLeft is an attempt's error once its client has left.

@@ -12,7 +12,7 @@ import (
 )
 
 // The headers Codex CLI sends with a turn reach a ChatGPT upstream, and the
-// ones it reads come back, on the wire (SPEC §9).
+// ones it reads come back, on the wire (docs/codex.md).
 func TestCodexHeadersPassBothWays(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "cg"}})
@@ -94,7 +94,7 @@ func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
 	e.expectCounts(map[string]int{"late": 1, "soon": 1})
 }
 
-// Headers a Connection header names are hop-by-hop (RFC 9110 §7.6.1):
+// Headers a Connection header names are hop-by-hop (RFC 9110 docs/clients.md.6.1):
 // dropped in both directions, as httputil.ReverseProxy does.
 func TestConnectionNamedHeadersStopAtTheProxy(t *testing.T) {
 	t.Parallel()

@@ -24,7 +24,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// Tests of SPEC §5 "Compatibility for generic clients" (a ChatGPT account
+// Tests of docs/accounts.md "Compatibility for generic clients" (a ChatGPT account
 // behind a client that is not Codex CLI), of holding a stream back until it
 // shows it will produce output (so a stream that fails at once can still
 // fail over), and of the quota headers.
@@ -474,7 +474,7 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 func TestHoldBackFailedStreamFailsOver(t *testing.T) {
 	t.Parallel()
 	// The metadata Codex reads ahead of response.created is held back
-	// with the rest (SPEC §13): it is not output.
+	// with the rest (docs/codex.md): it is not output.
 	for _, fx := range []string{"failed_overloaded.sse", "metadata_first_failed.sse"} {
 		t.Run(fx, func(t *testing.T) {
 			t.Parallel()
@@ -761,7 +761,7 @@ func TestHeldBackStreamThatEndsIsClosedAtOnce(t *testing.T) {
 
 // A compressed request body that needs no edit is forwarded byte for byte
 // with its Content-Encoding, even to a ChatGPT account (decode_test.go
-// has the rest of SPEC §10's compressed bodies).
+// has the rest of docs/codex.md's compressed bodies).
 func TestCompressedBodyIsForwardedAsIs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "z"}})

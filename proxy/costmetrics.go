@@ -10,7 +10,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// costMetrics are the dollars in GET /metrics (SPEC §16): every finished
+// costMetrics are the dollars in GET /metrics (docs/cost.md): every finished
 // request's usage priced at the serve's price table, as finish records
 // it.
 //

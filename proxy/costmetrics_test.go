@@ -12,7 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// /metrics prices what it counts (SPEC §16): an API key's usage is cost,
+// /metrics prices what it counts (docs/cost.md): an API key's usage is cost,
 // a ChatGPT account's is value at API prices, each under the model the
 // table prices it as (a dated snapshot as its base model); cached input's
 // saving beside; an unknown model's tokens counted apart, in no dollar

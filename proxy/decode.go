@@ -14,8 +14,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// A coding is a Content-Encoding of a request body that rotor reads (SPEC
-// §10 Compressed request bodies).
+// A coding is a Content-Encoding of a request body that rotor reads (docs/codex.md Compressed request bodies).
 type coding uint8
 
 const (
@@ -37,7 +36,7 @@ func parseCoding(ce []byte) (c coding, opaque bool) {
 		return codingNone, false
 	case bytes.EqualFold(ce, []byte("zstd")):
 		return codingZstd, false
-	// RFC 9110 §8.4.1.3: a recipient treats x-gzip as gzip.
+	// RFC 9110 docs/dashboard.md.4.1.3: a recipient treats x-gzip as gzip.
 	case bytes.EqualFold(ce, []byte("gzip")) || bytes.EqualFold(ce, []byte("x-gzip")):
 		return codingGzip, false
 	case bytes.EqualFold(ce, []byte("deflate")):
@@ -95,7 +94,7 @@ func decodeBody(c coding, raw []byte, limit int) (body []byte, release func(), e
 		defer gzipReaders.Put(zr)
 		dec, err = zr, zr.Reset(src)
 	case codingDeflate:
-		// HTTP's deflate is zlib (RFC 9110 §8.4.1.2), but some clients
+		// HTTP's deflate is zlib (RFC 9110 docs/dashboard.md.4.1.2), but some clients
 		// send raw deflate: without a zlib header, it is read as that.
 		pool, open := &zlibReaders, zlib.NewReader
 		if !zlibHeader(raw) {
@@ -123,7 +122,7 @@ func decodeBody(c coding, raw []byte, limit int) (body []byte, release func(), e
 
 func newFlateReader(r io.Reader) (io.ReadCloser, error) { return flate.NewReader(r), nil }
 
-// zlibHeader reports whether b starts with a zlib header (RFC 1950 §2.2):
+// zlibHeader reports whether b starts with a zlib header (RFC 1950 docs/files.md.2):
 // method 8 (deflate), a window of at most 32 KiB, and the check bits.
 func zlibHeader(b []byte) bool {
 	return len(b) >= 2 && b[0]&0x0f == 8 && b[0]>>4 <= 7 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0

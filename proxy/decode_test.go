@@ -19,7 +19,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// Tests of SPEC §10 "Compressed request bodies": a body in zstd, gzip or
+// Tests of docs/codex.md "Compressed request bodies": a body in zstd, gzip or
 // deflate is read as the JSON it holds, bounded by --max-body on its
 // decoded size, and goes upstream as it came unless rotor edits it.
 
@@ -195,8 +195,8 @@ func TestCompressedBodyKeepsAffinity(t *testing.T) {
 	}
 }
 
-// A compressed body that a ChatGPT account needs edited (SPEC §5) or
-// translated (SPEC §7) goes upstream edited, compressed again in the
+// A compressed body that a ChatGPT account needs edited (docs/accounts.md) or
+// translated (docs/clients.md) goes upstream edited, compressed again in the
 // client's coding and labelled with it.
 func TestCompressedBodyIsEditedForChatGPT(t *testing.T) {
 	t.Parallel()

@@ -11,7 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-// Conversations that carry no id (SPEC §16): most Chat Completions clients,
+// Conversations that carry no id (docs/selection.md): most Chat Completions clients,
 // and Responses clients that set no prompt_cache_key, send the whole
 // conversation every turn and nothing that names it.
 

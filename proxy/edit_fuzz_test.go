@@ -11,8 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// rotor edits a client's body in three places: §5's rewrite for a
-// ChatGPT account, §13's removal of what another account minted, and a
+// rotor edits a client's body in three places: docs/accounts.md's rewrite for a
+// ChatGPT account, docs/codex.md's removal of what another account minted, and a
 // socket's response.create made into a request. Whatever the client sent,
 // what goes upstream must still be JSON and mean what the edit says.
 

@@ -10,7 +10,7 @@ import (
 )
 
 // metricsPath is where the metrics are served; it takes the client key
-// or a dashboard cookie (SPEC §12).
+// or a dashboard cookie (docs/cost.md).
 const metricsPath = "/metrics"
 
 // answerMetrics writes the registry in Prometheus's text format, straight
@@ -49,7 +49,7 @@ func (g poolGauges) write(w *promtext.Writer) {
 		func(win *rotation.Window) (float64, bool) {
 			return float64(win.ResetsAt.Unix()), !win.ResetsAt.IsZero()
 		})
-	w.Family("rotor_credits_balance", "gauge", "Each account's credit balance as its backend last reported it (SPEC §17); none while unknown or unlimited.")
+	w.Family("rotor_credits_balance", "gauge", "Each account's credit balance as its backend last reported it (docs/selection.md); none while unknown or unlimited.")
 	for _, as := range status {
 		if as.Quota == nil || as.Quota.Credits == nil || as.Quota.Credits.Unlimited {
 			continue

@@ -16,7 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// verdict is what one upstream attempt came to: a row of SPEC §4's failover
+// verdict is what one upstream attempt came to: a row of docs/selection.md's failover
 // table.
 type verdict int
 
@@ -53,7 +53,7 @@ type rule struct {
 	respond func(index int, f *failure) rerr.Spec // index: the account's, as the user numbers it
 }
 
-// failover is SPEC §4's failover table, one row per verdict.
+// failover is docs/selection.md's failover table, one row per verdict.
 var failover = [verdictCount]rule{
 	verdictOK:           {name: "ok", account: rotation.Served},
 	verdictUsageLimit:   {name: "usage-limit", reason: "rate-limit", account: rotation.Limited, rotate: true},
@@ -87,7 +87,7 @@ var failover = [verdictCount]rule{
 		respond: func(index int, f *failure) rerr.Spec {
 			return upstreamSpec(f)
 		}},
-	// Encrypted content the account cannot read (SPEC §13): the
+	// Encrypted content the account cannot read (docs/codex.md): the
 	// attempt is sent again once with every blob taken out (attempt);
 	// refused even so, it is the client's error, and nobody's fault.
 	verdictForeignContent: {name: "foreign-content",
@@ -228,7 +228,7 @@ func htmlBody(h *fasthttp.ResponseHeader, body []byte) bool {
 
 // failedStreamVerdict classifies a stream that failed before any output
 // by its code, as classify does an HTTP error: a refusal of what the
-// request asked marks no account (SPEC §4), nor does a plan without
+// request asked marks no account (docs/selection.md), nor does a plan without
 // Codex; anything unknown is the upstream's fault.
 func failedStreamVerdict(code string) verdict {
 	if v, ok := streamFailures[code]; ok {

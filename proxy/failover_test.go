@@ -20,7 +20,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Tests of SPEC §4's failover table, one row at a time, against a real
+// Tests of docs/selection.md's failover table, one row at a time, against a real
 // listening proxy in front of the fake upstream: what the client gets, which
 // accounts the upstream saw, and what state each account is left in.
 

@@ -20,7 +20,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Tests of SPEC §4 under load and faults: only upstream faults mark an
+// Tests of docs/selection.md under load and faults: only upstream faults mark an
 // account, rotor's own limits answer 503 overloaded, the guard runs before
 // the body is read, and the limits on headers and bodies.
 
@@ -58,7 +58,7 @@ func TestEveryAccountOnAnUnreachableEndpointIsSkippedAtOnce(t *testing.T) {
 }
 
 // An unreachable endpoint is seen, by this serve and another on the same
-// home within a second of watching (SPEC §4): its accounts show as
+// home within a second of watching (docs/selection.md): its accounts show as
 // cooling-down:network-error with until when, the endpoint and the OS
 // error, and the other serve skips them as its own would.
 func TestUnreachableEndpointIsSharedAndShown(t *testing.T) {
@@ -512,7 +512,7 @@ func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 }
 
 // Every fixed hop-by-hop header is the client's connection's, never the
-// upstream's (RFC 9110 §7.6.1), whatever the Connection header says.
+// upstream's (RFC 9110 docs/clients.md.6.1), whatever the Connection header says.
 func TestHopByHopHeadersNeverReachTheUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})

@@ -31,7 +31,7 @@ func (s *Server) serve(w responder, r *request) {
 }
 
 // forward is the failover loop: pick an account, attempt it, and apply
-// SPEC §4's failover table to what came back, until an answer is
+// docs/selection.md's failover table to what came back, until an answer is
 // committed or the request is refused.
 func (s *Server) forward(w responder, r *request) {
 	sel := s.deps.Selector
@@ -237,7 +237,7 @@ func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 		}
 	}
 	if f != nil && f.verdict == verdictForeignContent && !r.unbindAll {
-		// A blob rotor did not know to be foreign (SPEC §13): once more,
+		// A blob rotor did not know to be foreign (docs/codex.md): once more,
 		// on the same account, with every blob taken out. Those it sent
 		// are then known to be unreadable here, so the conversation's
 		// next request does not pay for the refusal again.
@@ -447,7 +447,7 @@ func (s *Server) finish(r *request, e ending) {
 	}
 	// The account's meter as the answer left it (its headers or
 	// codex.rate_limits events): a full window with credits held means
-	// the backend spent them on this request (SPEC §17).
+	// the backend spent them on this request (docs/selection.md).
 	onCredits := false
 	if ch := e.choice; ch != nil && r.counted {
 		onCredits = e.status < 300 && s.runtime().OnCredits(id, ch.Family)

@@ -65,7 +65,7 @@ func (e *env) tick() {
 
 // withinWatch fails unless cond holds after the watchers of envs have
 // looked at the home as often as they do in one second of rotor serve
-// (SPEC §4: processes honor each other's news within 1 s).
+// (docs/selection.md: processes honor each other's news within 1 s).
 func withinWatch(t *testing.T, what string, cond func() bool, envs ...*env) {
 	t.Helper()
 	for range time.Second / rotation.WatchInterval {

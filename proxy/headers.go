@@ -54,7 +54,7 @@ func headerIn(m map[string]bool, k []byte) bool {
 
 // copyRequestHeaders copies the client's headers an upstream may see:
 // none of dropRequestHeaders, and none that the client's Connection
-// header names as hop-by-hop (RFC 9110 §7.6.1).
+// header names as hop-by-hop (RFC 9110 docs/clients.md.6.1).
 func copyRequestHeaders(dst, src *fasthttp.RequestHeader) {
 	hop := src.Peek("Connection")
 	for k, v := range src.All() {

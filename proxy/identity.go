@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// One identity per account (SPEC §13). Codex names its installation with
+// One identity per account (docs/codex.md). Codex names its installation with
 // one id whatever account serves it (the x-codex-installation-id header,
 // and the same id in client_metadata and x-codex-turn-metadata); sent as
 // it is, it would tell the backend that every account of the pool is one

@@ -43,7 +43,7 @@ type route struct {
 	op     op
 }
 
-// routes is the proxy's whole surface (SPEC §4, §7).
+// routes is the proxy's whole surface (docs/selection.md, docs/clients.md).
 var routes = map[string]route{
 	"/v1/responses":         {fasthttp.MethodPost, opResponses},
 	"/responses":            {fasthttp.MethodPost, opResponses},
@@ -55,7 +55,7 @@ var routes = map[string]route{
 	"/models":               {fasthttp.MethodGet, opModels},
 	"/healthz":              {fasthttp.MethodGet, opHealth},
 	"/v1/healthz":           {fasthttp.MethodGet, opHealth},
-	// Codex CLI reads its /status usage limits here (SPEC §10): the first
+	// Codex CLI reads its /status usage limits here (docs/codex.md): the first
 	// when chatgpt_base_url contains /backend-api, the second otherwise.
 	"/backend-api/wham/usage": {fasthttp.MethodGet, opUsageLimits},
 	"/api/codex/usage":        {fasthttp.MethodGet, opUsageLimits},
@@ -257,7 +257,7 @@ func grow(buf []byte, by, upTo int) []byte {
 }
 
 // bodyTooLarge is the refusal of a body over the cap, whether it was
-// sent that large or decodes to more (SPEC §4 Limits, §10).
+// sent that large or decodes to more (docs/selection.md Limits, docs/codex.md).
 func bodyTooLarge(maxBody int) *rerr.Spec {
 	return &rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
 		Message: "request body is larger than the proxy accepts (--max-body)",
@@ -274,8 +274,7 @@ var guardMessages = map[string]string{
 // Host, origin-form target, loopback Origin, then the client's credential,
 // except on a dashboard page (which takes its cookie instead). It returns
 // the error code to answer with, "" to go on; signedIn is the account
-// whose access token the client sent in place of the client key (SPEC
-// §14), "" for the client key.
+// whose access token the client sent in place of the client key (docs/codex.md), "" for the client key.
 func (s *Server) guard(h *fasthttp.RequestHeader, page bool) (code, signedIn string) {
 	uri := h.RequestURI()
 	if len(uri) == 0 || uri[0] != '/' {
@@ -298,7 +297,7 @@ func (s *Server) guard(h *fasthttp.RequestHeader, page bool) (code, signedIn str
 
 // dashboardSession reports whether a request for the metrics, the one
 // path outside the dashboard that takes its cookie in place of the client
-// key (SPEC §12), carries a live session. The guard's Host and Origin
+// key (docs/cost.md), carries a live session. The guard's Host and Origin
 // checks still apply: a GET, like the dashboard's own JSON.
 func (s *Server) dashboardSession(ctx *fasthttp.RequestCtx) bool {
 	return s.deps.Pages != nil && string(ctx.Path()) == metricsPath && s.deps.Pages.Session(ctx)

@@ -18,7 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// Tests of SPEC §17 on the wire: the fake meters as the backend does
+// Tests of docs/selection.md on the wire: the fake meters as the backend does
 // (upstreamtest.Meter), and rotor reads the whole meter, over HTTP and
 // over a socket.
 
@@ -414,7 +414,7 @@ func TestCodexStatusShowsFamiliesAndThePoolsCredits(t *testing.T) {
 }
 
 // The tier and the routing hint go upstream as the client sent them:
-// over HTTP, and from a socket's frame served over HTTP (SPEC §17).
+// over HTTP, and from a socket's frame served over HTTP (docs/selection.md).
 func TestTheTierAndRoutingHintAreForwarded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindChatGPT, "A"}})

@@ -12,7 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// metrics are the counters GET /metrics shows (SPEC §12). finish is the
+// metrics are the counters GET /metrics shows (docs/cost.md). finish is the
 // one place that counts a request; commit and serve only move the gauges
 // of what is open.
 //
@@ -82,7 +82,7 @@ func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
 		"Tokens the upstream reported, by account, model and type (input, cached input, output).",
 		"account", "label", "model", "type")
 	m.credits = r.CounterVec("rotor_credits_requests_total",
-		"Requests an account answered on credits, past a full window's included quota (SPEC §17).",
+		"Requests an account answered on credits, past a full window's included quota (docs/selection.md).",
 		"account", "label")
 	m.ttfb = r.Histogram("rotor_ttfb_seconds",
 		"Time from a request's arrival to the first byte of its answer, for every request an upstream answered (errors included).",

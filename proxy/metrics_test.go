@@ -243,7 +243,7 @@ func TestMetricsModelNotUTF8(t *testing.T) {
 	})
 }
 
-// /metrics carries the whole meter (SPEC §17): every limit family's
+// /metrics carries the whole meter (docs/selection.md): every limit family's
 // windows under a limit label, each account's credit balance, and the
 // requests served on credits, as the upstream counted them.
 func TestMetricsShowTheMeter(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 )
 
 // NextPath is where a serve says which account its next new conversation
-// goes to, and why (SPEC §3 "rotation status"). Only this process can
+// goes to, and why (docs/commands.md "rotation status"). Only this process can
 // say: the pick reads what it knows in memory (its own tie-breaker, the
 // accounts it picked last, what it learned since state.json was last
 // written), so `rotor rotation status` asks it rather than guessing.

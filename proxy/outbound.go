@@ -22,7 +22,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 )
 
-// Outbound proxies (SPEC §11). A request reaches its upstream one way:
+// Outbound proxies (docs/behind-a-proxy.md). A request reaches its upstream one way:
 // straight, or through one proxy, the account's own (its proxy_url, whose
 // password is in its secret) or else the environment's (HTTPS_PROXY,
 // HTTP_PROXY, NO_PROXY). The way is also what a failed connect is blamed
@@ -31,7 +31,7 @@ import (
 
 // A way is how requests to one upstream base go out for one account.
 type way struct {
-	// endpoint names the route for SPEC §4's endpoint rule: the upstream's
+	// endpoint names the route for docs/selection.md's endpoint rule: the upstream's
 	// scheme://host:port and, through a proxy, " via " its shown form, so
 	// the 503 names the proxy's host and port and never its password.
 	endpoint string

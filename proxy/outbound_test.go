@@ -21,7 +21,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// Tests of SPEC §11's outbound proxies, through real proxies on loopback
+// Tests of docs/behind-a-proxy.md's outbound proxies, through real proxies on loopback
 // in front of the fake upstream.
 
 // forwardProxy is an HTTP forwarding proxy: CONNECT tunnels and

@@ -19,7 +19,7 @@ import (
 )
 
 // A backend call passes through with its target as the client sent it
-// (SPEC §14: "unchanged"), only /backend-api swapped for the account's
+// (docs/codex.md: "unchanged"), only /backend-api swapped for the account's
 // base: the backend decodes it once, as it would have come direct. A
 // target that names a . or .. segment however often it is decoded, or
 // that is not under /backend-api/, could reach another of the backend's

@@ -14,7 +14,7 @@ import (
 // Codex, testdata/chat/hello*.{sse,json} for Chat Completions'
 // prompt_tokens_details.cached_tokens): both APIs, streamed or not, on
 // both account kinds, and a WebSocket frame. The report's hit rate is
-// cached ÷ input of the traffic sent (SPEC §12).
+// cached ÷ input of the traffic sent (docs/cost.md).
 func TestPromptCacheTokensOnEveryPath(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []accounts.Kind{accounts.KindAPIKey, accounts.KindChatGPT} {

@@ -97,7 +97,7 @@ func TestStreamIsIncremental(t *testing.T) {
 }
 
 // Host headers that only start like a loopback name, or hide another
-// host behind a port, are refused before anything else (SPEC §4). They
+// host behind a port, are refused before anything else (docs/selection.md). They
 // go raw: net/http would not send some of them.
 func TestGuardRefusesHostsThatOnlyLookLoopback(t *testing.T) {
 	t.Parallel()

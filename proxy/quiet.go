@@ -14,7 +14,7 @@ import (
 // flight on them, so a shutdown closes them at once. fasthttp counts a
 // connection active from its accept until its first request is answered,
 // so its own shutdown would wait for such a one the whole drain, where
-// SPEC §3 gives a shutdown with nothing in flight 1 s.
+// docs/commands.md gives a shutdown with nothing in flight 1 s.
 type quietConns struct {
 	mu sync.Mutex
 	m  map[*quietConn]struct{}

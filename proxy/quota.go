@@ -15,7 +15,7 @@ import (
 )
 
 // parseQuota reads what an answer's headers say of the account's meter
-// (SPEC §5, §17): the main windows (x-codex-primary-* / -secondary-*),
+// (docs/accounts.md, docs/selection.md): the main windows (x-codex-primary-* / -secondary-*),
 // every other limit family (x-<id>-primary-used-percent ... with
 // x-<id>-limit-name), the credits (x-codex-credits-*) and the plan; nil
 // when the answer carries none of it.

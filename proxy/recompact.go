@@ -12,7 +12,7 @@ import (
 )
 
 // A compaction another account made is carried over by making it again
-// (SPEC §13): rotor keeps the request of each compaction it relayed
+// (docs/codex.md): rotor keeps the request of each compaction it relayed
 // (compactions), and when the conversation moves sends that request to the
 // new account and puts the new account's compaction item in place of the
 // old one (Server.recompact). Each is made once per account: the

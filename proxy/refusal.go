@@ -81,7 +81,7 @@ func pinnedSpec(ref *rotation.Refusal, skips map[string]string) rerr.Spec {
 		}}
 }
 
-// poolExhausted answers with SPEC §4's pool-exhausted payload.
+// poolExhausted answers with docs/selection.md's pool-exhausted payload.
 func (s *Server) poolExhausted(w responder, r *request, ref *rotation.Refusal) {
 	now := s.deps.Clock.Now()
 	if !ref.AllRateLimited && !ref.ResetAt.IsZero() && s.onlyLimitsLeft(r, ref) {
@@ -244,7 +244,7 @@ var skipToReason = map[string]string{
 }
 
 // streamError is the error event of a stream that fails after its first
-// byte, in SPEC §4's error shape.
+// byte, in docs/selection.md's error shape.
 func streamError(rid, code, message string) []byte {
 	status := 500
 	if failedStreamVerdict(code) == verdictUsageLimit {

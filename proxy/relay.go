@@ -52,7 +52,7 @@ type relay struct {
 	poolShown bool
 	// compactSrc is the request of a compaction (either way Codex asks
 	// for one), kept with its answer's compaction item so another account
-	// can make it again (SPEC §13).
+	// can make it again (docs/codex.md).
 	compactSrc *compactSource
 
 	// Chat Completions on a ChatGPT account: the Codex events are

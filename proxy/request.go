@@ -31,7 +31,7 @@ type request struct {
 	query  []byte
 	body   []byte
 	// raw is the body as it came when it came compressed in a coding
-	// rotor reads (SPEC §10); body is then the decoded JSON, in a buffer
+	// rotor reads (docs/codex.md); body is then the decoded JSON, in a buffer
 	// freeBody returns.
 	raw      []byte
 	coding   coding
@@ -54,7 +54,7 @@ type request struct {
 	// a socket's requests stay together (socket.create).
 	fallbackAffinity string
 	// keyDerived: the affinity key is derived from the conversation's
-	// beginning (SPEC §16); adopted: such a key, new to the selector, was
+	// beginning (docs/selection.md); adopted: such a key, new to the selector, was
 	// bound to the account already serving the request's socket.
 	keyDerived, adopted bool
 
@@ -99,7 +99,7 @@ type request struct {
 	upstreamAnswered bool
 
 	// unbindAll: an account refused a blob rotor did not know to be
-	// foreign, so every blob is taken out of the retry (SPEC §13);
+	// foreign, so every blob is taken out of the retry (docs/codex.md);
 	// contextCut: a compaction another account made could not be carried
 	// over, and the conversation lost its summarized context.
 	unbindAll, contextCut bool
@@ -200,7 +200,7 @@ func (r *request) read(maxBody int) *rerr.Spec {
 		r.tier = strings.Clone(f.tier)
 	}
 	// A conversation the request names, else the one its beginning
-	// derives (SPEC §16), else the socket's own: a client that opens a
+	// derives (docs/selection.md), else the socket's own: a client that opens a
 	// socket per turn and names nothing keeps its conversation on one
 	// account as it would over HTTP.
 	r.affinityKey = affinityKey(r.header, f)
@@ -247,8 +247,7 @@ func affinityKey(h *fasthttp.RequestHeader, f bodyFields) string {
 	return ""
 }
 
-// derivedAffinity is the conversation of a request that names none (SPEC
-// §16): a digest of its model, its instructions or system messages, and
+// derivedAffinity is the conversation of a request that names none (docs/selection.md): a digest of its model, its instructions or system messages, and
 // its first user message, which every later turn of the same
 // conversation repeats. Different conversations get different keys, and
 // so still spread over the pool; "" when the body has no user message to
@@ -369,7 +368,7 @@ func (r *request) inputArray() []byte {
 // itself reads. They are views into the body: valid only while it is.
 type bodyFields struct {
 	model, promptCacheKey, previousResponseID string
-	// tier is the service_tier asked for (SPEC §17), kept in the usage
+	// tier is the service_tier asked for (docs/selection.md), kept in the usage
 	// record so the report shows how much went to Fast.
 	tier string
 }

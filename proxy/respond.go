@@ -17,7 +17,7 @@ import (
 // A responder is where the forward loop writes its answer to one request.
 // The loop does not know how the request came in: an HTTP response
 // (httpResponder) is one implementation, and a WebSocket frame writer
-// (SPEC §10) answers the same calls with frames.
+// (docs/codex.md) answers the same calls with frames.
 type responder interface {
 	// gone reports whether the client has left, so no more attempts are
 	// made and nobody is blamed for an answer no one waits for.

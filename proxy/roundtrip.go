@@ -143,7 +143,7 @@ func answerBody(br *bufio.Reader, n int) io.Reader {
 	return br
 }
 
-// chunkedBody reads a chunked body (RFC 9112 §7.1) to its last chunk and
+// chunkedBody reads a chunked body (RFC 9112 docs/clients.md.1) to its last chunk and
 // the trailer after it, so that the connection is left at the next
 // answer. Each Read returns at most one chunk: an upstream stream sends
 // an event a chunk, and taking only what one chunk holds lets the next
@@ -205,7 +205,7 @@ func chunkSize(br *bufio.Reader) (int, error) {
 
 // readLine reads one line of chunked framing (a size line, a trailer
 // field) and returns it without its end: CRLF, or a lone LF, which RFC
-// 9112 §2.2 lets a recipient take for one. A CR anywhere else breaks the
+// 9112 docs/files.md.2 lets a recipient take for one. A CR anywhere else breaks the
 // framing, as Go's own chunked reader has it: a line two parsers could
 // end in different places is how a connection's answers get mixed up.
 func readLine(br *bufio.Reader) ([]byte, error) {

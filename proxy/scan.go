@@ -54,15 +54,14 @@ type scanned struct {
 	members []member // its top-level members, in order
 	array   [topMembers]member
 	// blobs are the values of every "encrypted_content" member in the
-	// body, at any depth: account-bound content (SPEC §13) can only be
+	// body, at any depth: account-bound content (docs/codex.md) can only be
 	// where one is, so a body without any is never looked at for it
 	// again. A key spelled with escapes is not seen, as bytes.Contains
 	// did not see one before.
 	blobs []span
 	// turns are where the first elements of the conversation (the first
 	// "input" or "messages" member's array) are, turnsOf that member's
-	// value and turnsAll whether turns holds every element: what SPEC
-	// §16's derived key reads, found without walking a pasted file again.
+	// value and turnsAll whether turns holds every element: what docs/cost.md's derived key reads, found without walking a pasted file again.
 	turns    [headTurns]span
 	nturns   int
 	turnsOf  span

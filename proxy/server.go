@@ -1,4 +1,4 @@
-// Package proxy is rotor's loopback, OpenAI-compatible proxy (SPEC §4): it
+// Package proxy is rotor's loopback, OpenAI-compatible proxy (docs/selection.md): it
 // checks who is calling, picks an account, forwards Responses calls to that
 // account's upstream, streams the answer back as it arrives, fails over
 // before the first byte when an account cannot serve, and turns every
@@ -30,7 +30,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// Defaults of SPEC §4.
+// Defaults of docs/selection.md.
 const (
 	DefaultMaxBody        = 64 << 20
 	DefaultMaxAttempts    = 4
@@ -42,18 +42,18 @@ const (
 	DefaultResponseTimeout = 10 * time.Minute
 	// DefaultMaxUpstreamConns is how many connections rotor keeps open to
 	// one upstream host: every stream holds one for its whole length, and
-	// SPEC §4 asks for 2,000 concurrent streams on one serve.
+	// docs/selection.md asks for 2,000 concurrent streams on one serve.
 	DefaultMaxUpstreamConns = 8192
 	// DefaultConnWait bounds how long a request waits for a free upstream
 	// connection once DefaultMaxUpstreamConns are busy, before it is told
 	// rotor is overloaded.
 	DefaultConnWait = 10 * time.Second
-	// MaxHeaderBytes is the largest request header block served (SPEC §4);
+	// MaxHeaderBytes is the largest request header block served (docs/selection.md);
 	// a larger one gets 431.
 	MaxHeaderBytes = 64 << 10
 	DrainTimeout   = 30 * time.Second
 	// DefaultChatGPTBase and DefaultOpenAIBase are the upstream bases when
-	// ROTOR_CHATGPT_BASE_URL / ROTOR_OPENAI_BASE_URL are not set (SPEC §2).
+	// ROTOR_CHATGPT_BASE_URL / ROTOR_OPENAI_BASE_URL are not set (docs/files.md).
 	DefaultChatGPTBase = "https://chatgpt.com/backend-api"
 	DefaultOpenAIBase  = "https://api.openai.com/v1"
 )
@@ -83,7 +83,7 @@ type Config struct {
 	OpenAIBase  string
 	// EnvProxy is the environment's proxy rule (netproxy.FromEnv), read
 	// once at start; nil connects straight unless an account has its own
-	// proxy (SPEC §11).
+	// proxy (docs/service.md).
 	EnvProxy netproxy.Func
 	// RootCAs are the authorities an upstream's TLS certificate is checked
 	// against; nil: the system's. Tests trust a fake upstream with it.
@@ -153,18 +153,18 @@ type Deps struct {
 	Usage     UsageSink // may be nil
 	Clock     clock.Clock
 	Log       zerolog.Logger
-	// Pages serves the dashboard (SPEC §8); nil serves none.
+	// Pages serves the dashboard (docs/dashboard.md); nil serves none.
 	Pages Pages
-	// Aliases are the model aliases in force (SPEC §12); nil: none.
+	// Aliases are the model aliases in force (docs/aliases.md); nil: none.
 	Aliases *aliases.Live
 	// Adopter takes over tokens Codex refreshed itself in a linked
-	// auth.json, so Codex signed in is let in with them (SPEC §14); nil:
+	// auth.json, so Codex signed in is let in with them (docs/codex.md); nil:
 	// only the tokens rotor holds are.
 	Adopter Adopter
 	// IdentityKey is the home's secret each account's installation id is
 	// derived from (home.IdentityKey); nil: a key of this process.
 	IdentityKey []byte
-	// Prices price every finished request's usage in /metrics (SPEC §16);
+	// Prices price every finished request's usage in /metrics (docs/cost.md);
 	// nil: the prices shipped in the binary.
 	Prices *prices.Table
 }
@@ -197,12 +197,12 @@ type Server struct {
 	sockets     socketSet
 	quiet       quietConns
 	noSockets   noSockets   // endpoints that refused a WebSocket upgrade
-	mints       mints       // who minted each account-bound blob relayed (SPEC §13)
-	identities  identities  // the installation id each account is shown (SPEC §13)
-	compactions compactions // the requests behind the compactions relayed (SPEC §13)
-	tokens      poolTokens  // the pool's access tokens Codex signed in may send (SPEC §14)
+	mints       mints       // who minted each account-bound blob relayed (docs/codex.md)
+	identities  identities  // the installation id each account is shown (docs/codex.md)
+	compactions compactions // the requests behind the compactions relayed (docs/codex.md)
+	tokens      poolTokens  // the pool's access tokens Codex signed in may send (docs/codex.md)
 	metrics     *metrics
-	costs       *costMetrics // the dollars in /metrics (SPEC §16)
+	costs       *costMetrics // the dollars in /metrics (docs/cost.md)
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -252,7 +252,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
-// MinClientKeyLen is the shortest client key a Server takes (SPEC §2).
+// MinClientKeyLen is the shortest client key a Server takes (docs/files.md).
 const MinClientKeyLen = 32
 
 func checkClientKey(key string) error {
@@ -305,7 +305,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Listen opens the loopback listener for host:port, refusing any host that
-// is not a loopback literal or localhost (SPEC §3 serve).
+// is not a loopback literal or localhost (docs/commands.md serve).
 func Listen(host string, port int) (net.Listener, error) {
 	if err := CheckHost(host); err != nil {
 		return nil, err

@@ -11,7 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// SPEC §4 State: two rotor processes on one ROTOR_HOME (two proxies, each
+// docs/selection.md State: two rotor processes on one ROTOR_HOME (two proxies, each
 // with its own runtime state and selector, each watching the home as
 // `rotor serve` does) honor each other's news within 1 s.
 

@@ -17,7 +17,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// Codex signed in as itself (SPEC §14). Codex keeps its ChatGPT sign-in
+// Codex signed in as itself (docs/codex.md). Codex keeps its ChatGPT sign-in
 // and its built-in provider, and two settings point both its base URLs at
 // rotor; it then sends its own access token instead of the client key.
 // rotor takes that token as the client's credential when it is an access

@@ -16,7 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Codex signed in as itself (SPEC §14) sends its own access token where
+// Codex signed in as itself (docs/codex.md) sends its own access token where
 // other clients send the client key.
 
 // setToken gives account i a new access token, as a refresh by another
@@ -124,7 +124,7 @@ func TestBackendCallsPassThroughAsTheirAccount(t *testing.T) {
 
 // The limits an answer shows Codex are the pool's, whichever account
 // served it: one nearly spent serves a conversation bound to it, another
-// has room, and Codex sees the room (SPEC §14), over HTTP and in a
+// has room, and Codex sees the room (docs/codex.md), over HTTP and in a
 // socket's codex.rate_limits.
 func TestStreamedLimitsDescribeThePool(t *testing.T) {
 	t.Parallel()
@@ -236,7 +236,7 @@ func TestCodexCatalogComesFromAChatGPTAccount(t *testing.T) {
 
 // A backend call goes as its account, with the account's current token,
 // whatever bearer let it in: Codex may still send the token rotor just
-// replaced (its grace, SPEC §14), and the backend no longer takes that
+// replaced (its grace, docs/codex.md), and the backend no longer takes that
 // one.
 func TestBackendCallsCarryTheCurrentTokenAfterARefresh(t *testing.T) {
 	t.Parallel()

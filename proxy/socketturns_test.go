@@ -14,7 +14,7 @@ import (
 // A client that opens a socket per model call and names no conversation
 // (the OpenAI Agents SDK's default: no session header, no
 // prompt_cache_key, no previous_response_id) keeps each conversation on
-// one account, as over HTTP (SPEC §16): a frame is routed by the key its
+// one account, as over HTTP (docs/selection.md): a frame is routed by the key its
 // conversation's beginning derives. The usage records say what happened:
 // new on the first turn, kept on the next.
 func TestASocketPerTurnKeepsItsConversation(t *testing.T) {

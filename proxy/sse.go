@@ -32,7 +32,7 @@ func readEvent(data []byte) event {
 // produce output, so a stream that fails at once can still fail over.
 var bootstrapEvents = map[string]bool{
 	"response.created": true, "response.in_progress": true, "codex.rate_limits": true,
-	// What Codex reads besides events (SPEC §13): the answer's headers
+	// What Codex reads besides events (docs/codex.md): the answer's headers
 	// (turn state, model) and timings, sent ahead of response.created.
 	"codex.response.metadata": true, "response.metadata": true, "responsesapi.websocket_timing": true,
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// Tests of SPEC §4 after the first byte: no retry, broken and stalled
+// Tests of docs/selection.md after the first byte: no retry, broken and stalled
 // streams are cut and charged to the account, a client that leaves cancels
 // the upstream request; and of what a finished request leaves behind
 // (usage.jsonl, quota).

@@ -35,15 +35,15 @@ type usageLimits struct {
 	// ReachedType is set only when the pool waits for a usage limit.
 	ReachedType *limitReachedType `json:"rate_limit_reached_type,omitempty"`
 	// ResetCredits are the pool's banked rate-limit reset credits: the
-	// sum of what the accounts' backends last reported (SPEC §14, §15);
+	// sum of what the accounts' backends last reported (docs/codex.md, docs/selection.md);
 	// left out while no account's are known.
 	ResetCredits *resetCredits `json:"rate_limit_reset_credits,omitempty"`
-	// Credits are the pool's credits (SPEC §17): has_credits when any
+	// Credits are the pool's credits (docs/selection.md): has_credits when any
 	// live account holds them, the balance the sum of those that report
 	// one; left out while no account's are known.
 	Credits *creditStatus `json:"credits,omitempty"`
 	// Additional are the pool's limits of each family that meters some
-	// models on its own (SPEC §17), each as /status shows the main one.
+	// models on its own (docs/selection.md), each as /status shows the main one.
 	Additional []additionalLimit `json:"additional_rate_limits,omitempty"`
 }
 
@@ -361,7 +361,7 @@ func wireWindow(w *rotation.Window, now time.Time) *limitWindow {
 	}
 }
 
-// What an answer tells Codex of its limits (SPEC §14): the x-codex-*
+// What an answer tells Codex of its limits (docs/codex.md): the x-codex-*
 // headers of an HTTP answer and the codex.rate_limits events ahead of its
 // output describe the pool as /status does (usageLimitsOf), not the
 // account that served it: Codex stops sending when the limits it was last

@@ -16,7 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// Observed quota (SPEC §15). rotor learns an account's quota from the
+// Observed quota (docs/selection.md). rotor learns an account's quota from the
 // answers it relays, which says nothing of an idle account, or of one
 // whose limit the backend lifted early. So a serve reads every enabled
 // ChatGPT account's usage from its backend (GET {base}/wham/usage, which
@@ -229,7 +229,7 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 }
 
 // usageQuota reads the backend's usage payload as a quota at now, all of
-// it (SPEC §15, §17): the main windows (none for a workspace, whose
+// it (docs/selection.md): the main windows (none for a workspace, whose
 // rate_limit is null), every additional family, credits, reset credits.
 // allowed says whether the backend would serve the main family now, and
 // lifted names the families it would serve again.
@@ -292,7 +292,7 @@ func usageWindow(now time.Time, w gjson.Result) *rotation.Window {
 
 // keepAlive refreshes a's tokens when rotor last refreshed them, or, if
 // it never did, added the account keepAliveAge ago or more, so a login
-// left idle does not lapse (SPEC §15). The refresh is the one requests use: single-flight across
+// left idle does not lapse (docs/selection.md). The refresh is the one requests use: single-flight across
 // processes, written back to a linked Codex auth.json.
 func (s *Server) keepAlive(ctx context.Context, a *accounts.Account, st *rotation.AccountState, now time.Time) {
 	if s.deps.Refresher == nil {

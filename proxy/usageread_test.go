@@ -14,7 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-// Tests of SPEC §15: every ChatGPT account's usage read from its backend,
+// Tests of docs/selection.md: every ChatGPT account's usage read from its backend,
 // without a model request; the serves on one home taking turns.
 
 // usageReads counts the usage reads that reached the upstream, by token.

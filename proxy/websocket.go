@@ -15,7 +15,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// The Responses API over WebSocket (SPEC §10) is a second way in to the
+// The Responses API over WebSocket (docs/codex.md) is a second way in to the
 // same forward loop: every response.create frame on a socket is one
 // request, read into a request and served by Server.serve with a
 // responder that writes frames (wsResponder, wsanswer.go). This file

@@ -556,7 +556,7 @@ func TestSocketCompactionPassesThroughAndFailsOver(t *testing.T) {
 	}
 }
 
-// SPEC §10: sockets count toward the proxy's capacity, and one serve holds
+// docs/codex.md: sockets count toward the proxy's capacity, and one serve holds
 // at least 500 of them, each served.
 func TestSocketFiveHundredAtOnce(t *testing.T) {
 	if testing.Short() {

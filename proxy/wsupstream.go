@@ -22,7 +22,7 @@ import (
 )
 
 // A request that came in on a socket goes up on a socket of its own to
-// the account's endpoint (SPEC §10): one upstream socket per client
+// the account's endpoint (docs/codex.md): one upstream socket per client
 // socket, kept while the same account serves it, so the upstream's
 // per-connection state (previous_response_id, the prompt cache) holds.
 // An endpoint that refuses the upgrade is served over HTTP instead, and
@@ -42,7 +42,7 @@ type upstreamSocket struct {
 }
 
 // handshakeEchoes are the headers of an upstream's handshake answer that
-// Codex reads on its own (SPEC §13): the turn's sticky routing, the
+// Codex reads on its own (docs/codex.md): the turn's sticky routing, the
 // models list's version, the model, and whether past reasoning is
 // counted upstream (without it Codex estimates and compacts sooner).
 var handshakeEchoes = []string{turnStateHeader, "x-models-etag", "openai-model", "x-reasoning-included"}
@@ -110,7 +110,7 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		first, err = readFrameText(conn, s.cfg.ResponseTimeout)
 	}
 	if !r.redialed && (socketExpired(first, err) || reused && err != nil && !isTimeout(err)) {
-		// The upstream socket reached its lifetime (SPEC §13), or, kept
+		// The upstream socket reached its lifetime (docs/codex.md), or, kept
 		// idle since the last request, was closed meanwhile: a new one
 		// to the same account, which knows nothing of the old one's
 		// responses, so the request goes up whole. The client never
@@ -158,7 +158,7 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 		s.deps.Log.Info().Str("endpoint", w.endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
 		return nil, false
 	case refusedForAccount:
-		// Too many sockets for the account (SPEC §13): this socket goes
+		// Too many sockets for the account (docs/codex.md): this socket goes
 		// on over HTTP.
 		sk.overHTTP = true
 		s.deps.Log.Info().Str("socket", sk.id).Msg("upstream refused another socket (403); this socket goes over HTTP")
@@ -409,7 +409,7 @@ func (sk *socket) dropUpstream() {
 const earlyDialWait = 2 * time.Second
 
 // dialEarly picks the account that is to serve the socket sk and opens
-// its upstream socket while the client's handshake waits (SPEC §13), so
+// its upstream socket while the client's handshake waits (docs/codex.md), so
 // the handshake's answer carries what the upstream's did
 // (handshakeEchoes), and binds the socket's conversation to that account
 // so its first request goes there. It is best effort and charges

@@ -7,7 +7,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
-// Affinity defaults (SPEC §4): a conversation sticks to its account for 20
+// Affinity defaults (docs/selection.md): a conversation sticks to its account for 20
 // minutes after its last turn; the table is bounded so it cannot grow with
 // the number of conversations.
 const (

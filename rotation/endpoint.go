@@ -5,7 +5,7 @@ import (
 )
 
 // Endpoint is what is known of one upstream endpoint (scheme://host:port)
-// that failed to connect: SPEC §4's rule puts such a failure on the
+// that failed to connect: docs/selection.md's rule puts such a failure on the
 // endpoint, not on the accounts served from it, which are skipped with
 // cooling-down:network-error until Until. It is kept in state.json beside
 // the accounts, so every process on the home learns it within a second.

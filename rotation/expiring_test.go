@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Unit tests of the score's "spending what expires first" term (SPEC §15,
+// Unit tests of the score's "spending what expires first" term (docs/selection.md,
 // expiring in select.go). The simulator (cmd/rotor-sim) measures the
 // policy as a whole.
 
@@ -202,7 +202,7 @@ func TestExpiringStaysInItsRange(t *testing.T) {
 }
 
 // A model metered by a family of its own spends only that family's
-// windows (SPEC §17), so its request is weighed by their expiry, not the
+// windows (docs/selection.md), so its request is weighed by their expiry, not the
 // main windows'.
 func TestExpiringReadsTheRequestsFamily(t *testing.T) {
 	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)

@@ -61,7 +61,7 @@ type AccountForecast struct {
 	RunsOutAt     time.Time
 	RunsOutWindow string
 	// OnCredits, LimitReason and FamilyLimits are as in AccountStatus
-	// (SPEC §17): credits spent now, the reached type of the usage limit
+	// (docs/selection.md): credits spent now, the reached type of the usage limit
 	// it waits on, and its other families' limits.
 	OnCredits    bool
 	LimitReason  string
@@ -326,7 +326,7 @@ func (s *Selector) Forecast() Forecast {
 			f.Reason, f.ReadyAt = r.State, r.Until
 		case ForecastReady:
 			// An account on credits is judged by the credits policy, not
-			// by its full window's headroom (SPEC §17).
+			// by its full window's headroom (docs/selection.md).
 			if f.OnCredits && policy == CreditsNever {
 				f.Verdict, f.Reason = ForecastDelayed, SkipCreditsHeldBack
 				f.ReadyAt = r.Quota.FullUntil(MainFamily, now)

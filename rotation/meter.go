@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// What the backend meters beyond one pair of windows (SPEC §17): limit
+// What the backend meters beyond one pair of windows (docs/selection.md): limit
 // families that meter some models on their own, credits an account spends
 // once a window is full, and workspace accounts that have no windows.
 
@@ -67,7 +67,7 @@ func (c *Credits) Amount() (float64, bool) {
 }
 
 // maxBalance is the largest balance rotor believes; a backend that says
-// more is read as saying this much (SPEC §17 keeps hostile numbers out).
+// more is read as saying this much (docs/selection.md keeps hostile numbers out).
 const maxBalance = 1e9
 
 // keepableCredits is c as far as it can be believed: a balance that is
@@ -100,7 +100,7 @@ func NormalizeFamily(id string) string {
 	return id
 }
 
-// Workspace reached types (SPEC §17): usage limits that only a
+// Workspace reached types (docs/selection.md): usage limits that only a
 // workspace's owner lifts, so the account waits for a usage read that
 // says it can serve, not for a time.
 var workspaceReached = []string{
@@ -126,8 +126,7 @@ type Limit struct {
 	Reason string
 }
 
-// CreditsPolicy is when a request may go to an account on credits (SPEC
-// §17): rotor serve --credits.
+// CreditsPolicy is when a request may go to an account on credits (docs/selection.md): rotor serve --credits.
 type CreditsPolicy string
 
 // The credits policies.

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// SPEC §17 in selection: limits per family, credits as a last resort,
+// docs/selection.md in selection: limits per family, credits as a last resort,
 // workspace limits that wait for a usage read, and numbers clamped at the
 // one door quota enters by.
 

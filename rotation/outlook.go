@@ -8,7 +8,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 )
 
-// What the recent rates foretell (SPEC §8, §15): each usable account's
+// What the recent rates foretell (docs/dashboard.md, docs/selection.md): each usable account's
 // quota windows are run forward at their recent rates (rate.go) to find
 // when the account cannot serve, and the pool is blocked when every usable
 // account cannot at once. Each account keeps its own rate: the forecast

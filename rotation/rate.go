@@ -2,7 +2,7 @@ package rotation
 
 import "time"
 
-// Rates of use (SPEC §8, §15). The forecast says when an account runs out
+// Rates of use (docs/dashboard.md, docs/selection.md). The forecast says when an account runs out
 // at the rate it has been using its quota lately, so each window's recent
 // observations are kept beside the snapshot they led to: the rate is the
 // rise of the used percentage between the newest observation and one about

@@ -3,7 +3,7 @@ package rotation
 // Outcome is what one upstream attempt means for the account that made it.
 // The proxy decides which outcome an answer is (whose fault it was);
 // Record decides what the account gets for it: the "account gets" column
-// of SPEC §4's failover table, in one place, beside the cooldowns.
+// of docs/selection.md's failover table, in one place, beside the cooldowns.
 type Outcome int
 
 const (

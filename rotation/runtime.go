@@ -17,7 +17,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/home"
 )
 
-// Failover timings of SPEC §4.
+// Failover timings of docs/selection.md.
 const (
 	DefaultRateLimit     = 60 * time.Second
 	MaxRateLimit         = 7 * 24 * time.Hour
@@ -34,7 +34,7 @@ type stateFile struct {
 	Version  int                      `json:"version"`
 	Accounts map[string]*AccountState `json:"accounts"`
 	// Endpoints are the upstream endpoints that failed to connect lately
-	// (SPEC §4), by scheme://host:port.
+	// (docs/selection.md), by scheme://host:port.
 	Endpoints map[string]Endpoint `json:"endpoints,omitempty"`
 }
 
@@ -56,7 +56,7 @@ type entry struct {
 	quotaLeft  float64
 	quotaDefer bool
 	quotaUntil int64 // unix ns when the quota figures go stale (a window resets); 0 = never
-	credits    bool  // the account holds credits (SPEC §17)
+	credits    bool  // the account holds credits (docs/selection.md)
 	full       int64 // unix ns until which a main window is full; 0 = none
 	// fams is the view of each family other than the main one, nil when
 	// the account has none (the common case: no lookup per pick).
@@ -201,7 +201,7 @@ func (r *Runtime) update(id string, fn func(s *AccountState, now time.Time)) {
 // past until means the 60 s default), for its main family.
 func (r *Runtime) RateLimited(id string, until time.Time) { r.Limit(id, Limit{Until: until}) }
 
-// Limit records the usage limit l of id (SPEC §17): for the family that
+// Limit records the usage limit l of id (docs/selection.md): for the family that
 // metered the request only, until l.Until (clamped to 7 days; a zero or
 // past one means the 60 s default). A workspace limit waits 7 days, or
 // until a usage read lifts it (LiftRateLimit).
@@ -342,7 +342,7 @@ func keepable(w *Window, now time.Time) *Window {
 }
 
 // OnCredits reports whether id spends credits for family now: a window of
-// it is full and not yet reset, and the account holds credits (SPEC §17).
+// it is full and not yet reset, and the account holds credits (docs/selection.md).
 func (r *Runtime) OnCredits(id, family string) bool {
 	now := r.clock.Now()
 	r.mu.Lock()
@@ -352,7 +352,7 @@ func (r *Runtime) OnCredits(id, family string) bool {
 }
 
 // Metered reports whether id's backend told credits or limit families of
-// its own (SPEC §17).
+// its own (docs/selection.md).
 func (r *Runtime) Metered(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -366,11 +366,11 @@ func (r *Runtime) UsageRead(id string) {
 }
 
 // LiftRateLimit ends id's usage limit now: its backend says it can serve
-// again before the reset rotor was told (SPEC §15).
+// again before the reset rotor was told (docs/selection.md).
 func (r *Runtime) LiftRateLimit(id string) { r.lift(id, true, nil) }
 
 // LiftFamilyLimits ends the usage limits of id's families (by id) now:
-// its backend says they can serve again (SPEC §17).
+// its backend says they can serve again (docs/selection.md).
 func (r *Runtime) LiftFamilyLimits(id string, families ...string) { r.lift(id, false, families) }
 
 // lift ends id's main usage limit (main) and those of families. Like
@@ -537,6 +537,6 @@ func readState(path string) (*stateFile, error) {
 }
 
 // ErrDamagedState is the error of a state.json that does not parse. The
-// state is advisory (SPEC §2): callers read it as empty, say so once,
+// state is advisory (docs/files.md): callers read it as empty, say so once,
 // and the next write replaces it.
 var ErrDamagedState = errors.New("runtime state unreadable; read as empty")

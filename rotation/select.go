@@ -9,7 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/clock"
 )
 
-// Skip reasons that do not come from runtime state (SPEC §4).
+// Skip reasons that do not come from runtime state (docs/selection.md).
 const (
 	SkipDisabled         = "disabled"
 	SkipFlagged          = "flagged"
@@ -18,7 +18,7 @@ const (
 	SkipMissing          = "missing"
 	SkipAlreadyAttempted = "already-attempted"
 	// SkipCreditsHeldBack: the account would spend credits, and the
-	// policy is never (SPEC §17).
+	// policy is never (docs/selection.md).
 	SkipCreditsHeldBack = "credits-held-back"
 )
 
@@ -42,8 +42,8 @@ const (
 // any account is in, and the best score within it.
 const (
 	tierRoom     = iota // included quota left
-	tierDeferred        // 5% or less left (SPEC §5)
-	tierCredits         // would spend credits, policy last-resort (SPEC §17)
+	tierDeferred        // 5% or less left (docs/accounts.md)
+	tierCredits         // would spend credits, policy last-resort (docs/selection.md)
 )
 
 const (
@@ -64,7 +64,7 @@ type view struct {
 // indexOf returns the 1-based index of the account with id, or 0.
 func (v *view) indexOf(id string) int { return v.index[id] }
 
-// Selector picks the account for each request (SPEC §4 Selection). It is
+// Selector picks the account for each request (docs/selection.md Selection). It is
 // safe for concurrent use.
 type Selector struct {
 	rt       *Runtime
@@ -78,7 +78,7 @@ type Selector struct {
 	// endpointOf names the upstream endpoint an account is served from,
 	// so Status can show the accounts behind an unreachable one.
 	endpointOf atomic.Pointer[func(*accounts.Account) string]
-	// credits is the credits policy (SPEC §17); nil is the default.
+	// credits is the credits policy (docs/selection.md); nil is the default.
 	credits atomic.Pointer[CreditsPolicy]
 }
 
@@ -144,7 +144,7 @@ func (s *Selector) Runtime() *Runtime { return s.rt }
 type Request struct {
 	AffinityKey string
 	// Model is the model the request asks for: a family of its own may
-	// meter it (SPEC §17). "" is metered by the main family.
+	// meter it (docs/selection.md). "" is metered by the main family.
 	Model string
 	// Attempted lists the accounts already tried for this request.
 	Attempted []string
@@ -187,7 +187,7 @@ type Choice struct {
 	Moved bool
 	// Family is the limit family that meters the request on the account.
 	Family string
-	// OnCredits: the account spends credits for the request (SPEC §17).
+	// OnCredits: the account spends credits for the request (docs/selection.md).
 	OnCredits bool
 }
 
@@ -217,7 +217,7 @@ type Refusal struct {
 	// of its usage limit ("" for an ordinary one).
 	Family, LimitReason string
 	// CreditsHeldBack: some account could have served on credits, which
-	// the policy never keeps back (SPEC §17).
+	// the policy never keeps back (docs/selection.md).
 	CreditsHeldBack bool
 }
 
@@ -411,7 +411,7 @@ const expiringWeight = 0.5
 // weekly quota no longer draws new ones (see expiring).
 const roomKept = 0.25
 
-// Spending what expires first (SPEC §15). A quota window starts at its
+// Spending what expires first (docs/selection.md). A quota window starts at its
 // first use and throws away whatever is left of it when it resets, so of
 // two accounts that could take a new conversation, the one whose window
 // would otherwise lose quota soonest should take it: the other's quota
@@ -458,7 +458,7 @@ func expiring(q *Quota, nowNS int64) float64 {
 
 // expiringOf is expiring of one limit family's windows: p its five-hour
 // window, sw its weekly one. A request is weighed by the windows of the
-// family that meters it (SPEC §17): a model metered on its own spends
+// family that meters it (docs/selection.md): a model metered on its own spends
 // only its family's quota, so only that quota's expiry says where it
 // should go.
 func expiringOf(p, sw *Window, nowNS int64) float64 {

@@ -16,7 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/home"
 )
 
-// Unit tests of selection (SPEC §4 Selection) with a fake clock and an
+// Unit tests of selection (docs/selection.md Selection) with a fake clock and an
 // in-memory pool: no network, no sleeping.
 
 // newFakeClock is a clock the test moves by hand. It starts at a fixed

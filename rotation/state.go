@@ -33,10 +33,10 @@ type Quota struct {
 	PlanType   string    `json:"plan_type,omitempty"`
 	ObservedAt time.Time `json:"observed_at"`
 	// ResetCredits are the banked rate-limit reset credits the account's
-	// backend reported (SPEC §15); nil until a usage read told them.
+	// backend reported (docs/selection.md); nil until a usage read told them.
 	ResetCredits *int `json:"reset_credits,omitempty"`
 	// Families are the account's limit families other than the main one
-	// (SPEC §17), each metering its own model.
+	// (docs/selection.md), each metering its own model.
 	Families []Family `json:"families,omitempty"`
 	// Credits are the account's credits as the backend last told them;
 	// nil until it did.
@@ -65,7 +65,7 @@ type AccountState struct {
 	// (WorkspaceLimit) waits for a usage read, not for its time.
 	LimitReason string `json:"limit_reason,omitempty"`
 	// FamilyLimits are the usage limits of families other than the main
-	// one (SPEC §17), by family id: the account is limited until then for
+	// one (docs/selection.md), by family id: the account is limited until then for
 	// the models that family meters only.
 	FamilyLimits     map[string]time.Time `json:"family_limits,omitempty"`
 	CooldownUntil    time.Time            `json:"cooldown_until,omitzero"`
@@ -81,7 +81,7 @@ type AccountState struct {
 	// the others know to read them again.
 	TokensAt time.Time `json:"tokens_at,omitzero"`
 	// UsageReadAt is when a serve last read the account's usage from its
-	// backend (SPEC §15), so the serves on one home share the reading.
+	// backend (docs/selection.md), so the serves on one home share the reading.
 	UsageReadAt time.Time `json:"usage_read_at,omitzero"`
 	// Epoch counts deliberate clears of the deadlines (rotor fix,
 	// verify-flagged). Deadlines merge by taking the later one, which alone
@@ -185,7 +185,7 @@ func (s *AccountState) Clone() AccountState {
 }
 
 // Availability says whether an account can serve at now and, if not, why and
-// until when. Reason is a skip reason of SPEC §4 ("" when available).
+// until when. Reason is a skip reason of docs/selection.md ("" when available).
 func (s *AccountState) Availability(now time.Time) (reason string, until time.Time) {
 	switch {
 	case s.CircuitOpenUntil.After(now):
@@ -199,7 +199,7 @@ func (s *AccountState) Availability(now time.Time) (reason string, until time.Ti
 }
 
 // AvailabilityFor is Availability for a request that family id meters
-// (SPEC §17): the main family's usage limit does not keep the account
+// (docs/selection.md): the main family's usage limit does not keep the account
 // from another family's models, nor theirs from the main one's.
 func (s *AccountState) AvailabilityFor(id string, now time.Time) (reason string, until time.Time) {
 	if id == MainFamily || id == "" {

@@ -17,7 +17,7 @@ type AccountStatus struct {
 	Until  time.Time // when the state ends, zero if open-ended or available
 	Reason string    // the flag reason or cooldown reason, if any
 	// Endpoint and Error, when the account is skipped because the
-	// endpoint it is served from cannot be reached (SPEC §4): which one,
+	// endpoint it is served from cannot be reached (docs/selection.md): which one,
 	// and the OS error of the last try.
 	Endpoint string
 	Error    string
@@ -30,11 +30,11 @@ type AccountStatus struct {
 	// not rate-limited); WorkspaceLimit says it waits for a usage read.
 	LimitReason string
 	// FamilyLimits are the usage limits of families other than the main
-	// one that have not ended yet, by family id (SPEC §17): the account
+	// one that have not ended yet, by family id (docs/selection.md): the account
 	// is limited until then for the model that family meters only.
 	FamilyLimits map[string]time.Time
 	// OnCredits: a main window is full and the account holds credits, so
-	// the backend spends them for what it serves now (SPEC §17).
+	// the backend spends them for what it serves now (docs/selection.md).
 	OnCredits bool
 }
 
@@ -94,7 +94,7 @@ func (s *Selector) Status() []AccountStatus {
 }
 
 // unreachable marks as skipped when the endpoint ep it is served from is
-// on record as unreachable: until it answers again, as SPEC §4 says, and
+// on record as unreachable: until it answers again, as docs/selection.md says, and
 // Until is when the next request will try it (zero once that is due).
 // Callers hold s.rt.mu.
 func (s *Selector) unreachable(as *AccountStatus, ep string, now time.Time) {

@@ -1,4 +1,4 @@
-// Package aliases keeps rotor's model aliases (SPEC §12): a request for
+// Package aliases keeps rotor's model aliases (docs/aliases.md): a request for
 // model From goes out as To on accounts of Kind (every kind when Kind is
 // empty). The list lives in ROTOR_HOME/aliases.json (Store); a running
 // serve reads it into an immutable Table and follows the file's changes

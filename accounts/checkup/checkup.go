@@ -1,4 +1,4 @@
-// Package checkup explains and repairs a rotor home (SPEC §3 diagnostics):
+// Package checkup explains and repairs a rotor home (docs/commands.md diagnostics):
 // Doctor checks it and says what is wrong, Fix repairs what can be
 // repaired without a person, VerifyFlagged re-checks flagged accounts and
 // restores those that work, and Store summarizes the account store for
@@ -31,7 +31,7 @@ import (
 // Default time limits.
 const (
 	// DefaultProxyTimeout bounds the whole reachability check of a running
-	// proxy (SPEC §3 doctor: 2 s), so doctor never hangs on a stuck one.
+	// proxy (docs/commands.md doctor: 2 s), so doctor never hangs on a stuck one.
 	DefaultProxyTimeout = 2 * time.Second
 	// DefaultProbeTimeout bounds one upstream probe of verify-flagged.
 	DefaultProbeTimeout = 15 * time.Second

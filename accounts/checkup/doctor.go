@@ -74,7 +74,7 @@ type doctorRun struct {
 	homeErr error // the home directory is missing or not one
 }
 
-// doctorChecks are SPEC §3's doctor checks, in the order shown. Each
+// doctorChecks are docs/commands.md's doctor checks, in the order shown. Each
 // returns zero or more checks (one per account for "account").
 var doctorChecks = []struct {
 	name string
@@ -191,7 +191,7 @@ func checkFiles(r *doctorRun) []Check {
 }
 
 // checkCodexLinks looks at each account linked to a Codex CLI auth.json
-// (SPEC §9): the file must exist and still hold that account's login, or
+// (docs/codex.md): the file must exist and still hold that account's login, or
 // rotor and Codex no longer share refreshes.
 func checkCodexLinks(r *doctorRun) []Check {
 	if r.pr.pool == nil {

@@ -78,7 +78,7 @@ type FixOptions struct {
 	DryRun bool
 	// PruneSecrets deletes orphaned secrets: those that no account in the
 	// store or in any backup names. Without it they are only listed: no
-	// repair deletes a secret on its own (SPEC §2).
+	// repair deletes a secret on its own (docs/files.md).
 	PruneSecrets bool
 }
 

@@ -15,7 +15,7 @@ import (
 const identityKeyLen = 32
 
 // IdentityKey returns the home's identity key, the secret rotor derives
-// the client identity each account is shown from (SPEC §13), making it
+// the client identity each account is shown from (docs/codex.md), making it
 // on first use. Every process on the home gets the same key, so an
 // account is always shown the same identity. A file that holds no key is
 // an error and is never overwritten.

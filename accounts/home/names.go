@@ -2,7 +2,7 @@ package home
 
 import "strings"
 
-// The files and locks of ROTOR_HOME (SPEC §2), named in one place. A lock
+// The files and locks of ROTOR_HOME (docs/files.md), named in one place. A lock
 // file is never removed while rotor runs: two processes could then hold
 // "the" lock on two different files.
 const (
@@ -16,7 +16,7 @@ const (
 	StateLock = ".state.lock"
 
 	// UsageReadLock gives the serves on a home turns at reading the
-	// accounts' usage from their backends (SPEC §15).
+	// accounts' usage from their backends (docs/selection.md).
 	UsageReadLock = ".usage-read.lock"
 
 	UsageFile    = "usage.jsonl" // one line per finished request
@@ -30,8 +30,7 @@ const (
 	AliasesFile = "aliases.json"
 	AliasesLock = AccountsLock
 
-	// PricesFile overrides the model prices shipped in the binary (SPEC
-	// §16). The user writes it; rotor only reads it, and never rewrites
+	// PricesFile overrides the model prices shipped in the binary (docs/cost.md). The user writes it; rotor only reads it, and never rewrites
 	// it, not even a damaged one.
 	PricesFile = "prices.json"
 
@@ -42,7 +41,7 @@ const (
 	ClientKeyMark = "client-key.changed"
 
 	// IdentityKeyFile holds the secret each account's client identity is
-	// derived from (SPEC §13), made once under the home lock.
+	// derived from (docs/codex.md), made once under the home lock.
 	IdentityKeyFile = "identity-key"
 	IdentityKeyLock = AccountsLock
 )

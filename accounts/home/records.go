@@ -15,7 +15,7 @@ import (
 )
 
 // InfoFile is the record clients and `rotor env` read: the serve to use
-// when several run on one home (SPEC §2).
+// when several run on one home (docs/files.md).
 const InfoFile = "proxy.json"
 
 // Each serve also keeps a record of its own, proxy-<pid>.json, so that

@@ -1,7 +1,7 @@
 // Package netproxy reads the outbound proxies rotor connects through
-// (SPEC §11): the environment's rule, as Go's http.ProxyFromEnvironment
+// (docs/behind-a-proxy.md): the environment's rule, as Go's http.ProxyFromEnvironment
 // reads it, and an account's own proxy URL, checked, and kept apart from
-// its password, which is a secret (§2): the password goes to the secrets
+// its password, which is a secret (docs/files.md): the password goes to the secrets
 // store, the rest of the URL may be stored and shown.
 package netproxy
 

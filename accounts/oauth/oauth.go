@@ -1,5 +1,5 @@
 // Package oauth signs ChatGPT accounts in and keeps their tokens fresh
-// (SPEC §5): OAuth 2 authorization code with PKCE (S256) through a callback
+// (docs/accounts.md): OAuth 2 authorization code with PKCE (S256) through a callback
 // on localhost:1455 or a pasted redirect URL, the device-code flow, and
 // refresh. Refresh tokens are single-use, so Refresher serializes refreshes
 // of one account across every rotor process on a ROTOR_HOME.
@@ -62,7 +62,7 @@ func NewClient(base string) *Client {
 // Through returns a copy of c whose requests go through the proxy that
 // rule picks for them (nil: straight, whatever the process environment
 // says): an account's own proxy, or the environment's rule read through
-// rotor's getenv (SPEC §11). The copy keeps no idle connection, since it
+// rotor's getenv (docs/service.md). The copy keeps no idle connection, since it
 // serves one sign-in or one refresh.
 func (c *Client) Through(rule netproxy.Func) *Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()

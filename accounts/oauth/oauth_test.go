@@ -62,7 +62,7 @@ func consent(t *testing.T, authorizeURL string) *url.URL {
 	return loc
 }
 
-// checkAuthorizeURL asserts the authorize URL rotor builds (SPEC §5) and
+// checkAuthorizeURL asserts the authorize URL rotor builds (docs/accounts.md) and
 // returns its query.
 func checkAuthorizeURL(t *testing.T, base, raw, wantRedirect string) url.Values {
 	t.Helper()

@@ -22,7 +22,7 @@ const RefreshLead = 5 * time.Minute
 // the account's refresh lock, then reads the secret again, and only calls
 // the token endpoint when no other process has refreshed meanwhile.
 //
-// An account linked to a Codex CLI auth.json (SPEC §9) shares its login
+// An account linked to a Codex CLI auth.json (docs/codex.md) shares its login
 // with Codex, and refresh tokens are single-use, so under the same lock
 // the Refresher also reads that file first: when Codex has refreshed, it
 // adopts Codex's tokens instead of spending its own (already spent) one;
@@ -102,7 +102,7 @@ func (r *Refresher) Refresh(ctx context.Context, a accounts.Account, stale secre
 // Adopt takes over the tokens Codex wrote to a's linked auth.json when
 // they are newer than the store's, as a refresh would first, without ever
 // refreshing itself: Codex signed in as itself sends rotor its own token
-// (SPEC §14), and one it refreshed is then known at once. It gives up at
+// (docs/codex.md), and one it refreshed is then known at once. It gives up at
 // once, adopting nothing, when a refresh of a holds the account's lock.
 func (r *Refresher) Adopt(a accounts.Account) (secrets.Secret, bool) {
 	if a.CodexAuthFile == "" {

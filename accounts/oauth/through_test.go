@@ -14,7 +14,7 @@ import (
 )
 
 // A token refresh through Client.Through goes by the proxy the rule
-// names (SPEC §11: OAuth goes through the account's proxy too).
+// names (docs/service.md: OAuth goes through the account's proxy too).
 func TestRefreshGoesThroughTheProxy(t *testing.T) {
 	t.Parallel()
 	auth := startAuth(t)

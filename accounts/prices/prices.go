@@ -1,4 +1,4 @@
-// Package prices keeps what rotor knows of model prices (SPEC §16): USD
+// Package prices keeps what rotor knows of model prices (docs/cost.md): USD
 // per 1M input, cached input and output tokens, per model, with the day
 // they were taken. A table ships in the binary (shipped.json, OpenAI's
 // list prices of its date); ROTOR_HOME/prices.json, which the user keeps
@@ -173,7 +173,7 @@ type Sum struct {
 	// priced and unpriced are the amounts (by account kind) that priced
 	// and unpriced usage went to. An amount that only unpriced usage went
 	// to is not known, never 0: a script that sums it must not read a
-	// model without a price as free (SPEC §16).
+	// model without a price as free (docs/cost.md).
 	priced, unpriced amount
 }
 

@@ -214,7 +214,7 @@ func TestLoadRefusesABadFileAndLeavesIt(t *testing.T) {
 }
 
 // An amount only unpriced usage went to is unpriced, null in JSON, never
-// 0 (SPEC §16): a script that sums cost_usd must not read a model without
+// 0 (docs/cost.md): a script that sums cost_usd must not read a model without
 // a price as free. Some priced usage makes it a figure again, the rest
 // counted apart; an amount no usage went to is a true 0.
 func TestUnpricedAmountIsNull(t *testing.T) {

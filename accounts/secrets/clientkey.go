@@ -13,7 +13,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/home"
 )
 
-// The stable client key (SPEC §11) is one key per home for serves that
+// The stable client key (docs/service.md) is one key per home for serves that
 // outlive their process (the login service, serve --stable-key), so an
 // editor that keeps the key in its settings keeps working across restarts.
 // It lives beside the account secrets: in ROTOR_HOME/client-key (0600)
@@ -22,7 +22,7 @@ import (
 // secret, is rewritten whenever the key changes, so a serve notices a
 // rotation with a stat instead of asking the keyring every tick.
 
-// minClientKeyLen is the shortest stored key taken as one (SPEC §2).
+// minClientKeyLen is the shortest stored key taken as one (docs/files.md).
 const minClientKeyLen = 32
 
 // NewClientKey returns a fresh random 256-bit client key, hex-encoded.

@@ -1,6 +1,6 @@
 // Package secrets keeps the secret half of every account (OAuth tokens, API
 // keys) out of accounts.json: in the OS keyring when one answers, otherwise in
-// ROTOR_HOME/secrets.json (0600). See SPEC §2 "Secrets".
+// ROTOR_HOME/secrets.json (0600). See docs/files.md "Secrets".
 //
 // Nothing in this package ever formats a secret value into an error or a
 // log line; errors name account ids, files and keyring items only.
@@ -30,8 +30,7 @@ type Secret struct {
 	RefreshToken string    `json:"refresh_token,omitempty"`
 	IDToken      string    `json:"id_token,omitempty"`
 	ExpiresAt    time.Time `json:"expires_at,omitzero"` // access-token expiry when known
-	// ProxyPassword is the password of the account's own proxy (SPEC
-	// §11), whose URL without it is the account's proxy_url.
+	// ProxyPassword is the password of the account's own proxy (docs/behind-a-proxy.md), whose URL without it is the account's proxy_url.
 	ProxyPassword string `json:"proxy_password,omitempty"`
 }
 
@@ -74,7 +73,7 @@ type Store interface {
 	// secrets, never in accounts.json, and every process on a home gets the
 	// same one.
 	Salt() ([]byte, error)
-	// ClientKey returns the home's stable client key (SPEC §11), drawing
+	// ClientKey returns the home's stable client key (docs/service.md), drawing
 	// and storing a new one on first use; every process on a home gets
 	// the same one.
 	ClientKey() (string, error)
@@ -122,7 +121,7 @@ const Service = "rotor"
 // DefaultTimeout bounds every keyring call unless WithTimeout says otherwise.
 const DefaultTimeout = 3 * time.Second
 
-// Stable error codes (SPEC §6) of the errors this package returns; they
+// Stable error codes (docs/errors.md) of the errors this package returns; they
 // live in rerr's table with every other code.
 const (
 	CodeStorageUnreadable  = rerr.CodeStorageUnreadable

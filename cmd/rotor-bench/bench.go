@@ -91,9 +91,9 @@ func scenarios() []scenario {
 	small := []byte(`{"model":"gpt-5","input":"hi","stream":false}`)
 	big := bytes.Repeat([]byte("x"), 2<<20)
 	large := append(append([]byte(`{"model":"gpt-5","stream":false,"input":"`), big...), `"}`...)
-	// The shapes that made SPEC §13–§16 dear (issue 45): a pasted file as
+	// The shapes that made docs/codex.md and docs/selection.md dear (issue 45): a pasted file as
 	// the first user message, naming no conversation, so rotor derives one
-	// (§16); and Codex's history, dense with items and blobs (§13).
+	// (docs/selection.md); and Codex's history, dense with items and blobs (docs/codex.md).
 	blobs := 0
 	blob := func() string { blobs++; return fmt.Sprintf("gAAAAAB%0500d", blobs) }
 	return []scenario{

@@ -61,7 +61,7 @@ func main() {
 // A target is one OS and architecture rotor is released for.
 type target struct{ os, arch string }
 
-// allTargets are the platforms of SPEC §11, in the order they are built.
+// allTargets are the platforms of docs/service.md, in the order they are built.
 var allTargets = []target{
 	{"linux", "amd64"}, {"linux", "arm64"},
 	{"darwin", "amd64"}, {"darwin", "arm64"},

@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// The six platforms of SPEC §11, named as the README and packagers expect.
+// The six platforms of docs/service.md, named as the README and packagers expect.
 func TestTargetNames(t *testing.T) {
 	want := []string{
 		"rotor_1.2.3_linux_amd64.tar.gz", "rotor_1.2.3_linux_arm64.tar.gz",

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The offline bound (SPEC §18): minutes blocked that no schedule of a
+// The offline bound (docs/PERFORMANCE.md): minutes blocked that no schedule of a
 // week can go below, even one that knows every request in advance. For
 // one limit family, take any work-conserving schedule (a request is
 // refused only when every account refuses it, as every proxy does) and
@@ -233,7 +233,7 @@ func workBefore(in *boundInput) []float64 {
 func weekBound(w *Workload, wk *week) (time.Duration, error) { return familiesBound(w, wk, true) }
 
 // weekBoundWithoutCredits is weekBound with no account holding credits:
-// the blocking credits are there to prevent (SPEC §18: credits spent only
+// the blocking credits are there to prevent (docs/PERFORMANCE.md: credits spent only
 // in weeks where it is above zero).
 func weekBoundWithoutCredits(w *Workload, wk *week) (time.Duration, error) {
 	return familiesBound(w, wk, false)

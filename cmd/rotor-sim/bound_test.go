@@ -179,7 +179,7 @@ func (p *scripted) pick(_ request, attempted []string) (int, bool) {
 
 func (p *scripted) served(string, int) {}
 
-// The same with credits (SPEC §17): one account of each small day holds
+// The same with credits (docs/selection.md): one account of each small day holds
 // a balance, spent once a window is full; the bound counts it as
 // capacity and still never exceeds the optimum.
 func TestOfflineBoundWithCreditsNeverExceedsTheOptimum(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 )
 
 // ratioSlack is added to minutes blocked and to the bound before they are
-// divided (SPEC §18's ratio to the bound): (blocked + 60) / (bound + 60).
+// divided (docs/PERFORMANCE.md's ratio to the bound): (blocked + 60) / (bound + 60).
 // The rule was chosen before any result was read. The bound is zero in
 // many weeks (it sees only what the weekly windows cannot hold), where a
 // plain ratio is undefined, and where it is a few minutes a plain ratio
@@ -16,7 +16,7 @@ import (
 // difference is one interruption, not a policy's: with it the ratio is 1
 // when both are zero, stays defined everywhere, and tends to the plain
 // ratio when both are hours. The same rule compares rotor with the best
-// baseline (§18's "never more than 1.1× it").
+// baseline (docs/PERFORMANCE.md's "never more than 1.1× it").
 const ratioSlack = 60.0
 
 // ratio is (a + 60 min) / (b + 60 min).
@@ -55,10 +55,10 @@ func judgeWeeks(w *Workload, g *Weeks) ([]weekOutcome, error) {
 	return out, nil
 }
 
-// writeJudged prints w's weeks as SPEC §18 asks: per policy the ratio of
+// writeJudged prints w's weeks as docs/PERFORMANCE.md asks: per policy the ratio of
 // minutes blocked to the bound (median, worst week), the weeks it blocked
 // more than the best baseline, conversations moved and credits spent;
-// then rotor's policy against §18's targets.
+// then rotor's policy against docs/PERFORMANCE.md's targets.
 func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 	n := len(weeks)
 	zero, withCredits, withModel := 0, 0, 0
@@ -100,7 +100,7 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 			worse, int(blocked/time.Minute), moved, spent/1e6, spentWeeks)
 	}
 	v := verdictOf(weeks)
-	fmt.Fprintf(out, "\nrotor (--credits last-resort) against SPEC §18: no worse than the best baseline in %d of %d weeks (%.0f%%, target ≥ 90%%): %s; "+
+	fmt.Fprintf(out, "\nrotor (--credits last-resort) against the targets: no worse than the best baseline in %d of %d weeks (%.0f%%, target ≥ 90%%): %s; "+
 		"worst week %.2f× the best baseline by the same rule (target ≤ 1.1): %s; credits spent in %d weeks, %d of them where the bound without credits is 0 (target 0): %s; "+
 		"moved %d conversations, least-used %d: %s.\n",
 		v.held, n, 100*float64(v.held)/float64(n), yes(float64(v.held) >= 0.9*float64(n)),
@@ -108,7 +108,7 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 		v.moved, v.leastUsedMoved, yes(v.moved <= v.leastUsedMoved))
 }
 
-// verdict is rotor's policy over a workload's weeks, against SPEC §18.
+// verdict is rotor's policy over a workload's weeks, against docs/PERFORMANCE.md.
 type verdict struct {
 	held                      int     // weeks it blocked no more than the best baseline
 	worst                     float64 // its worst ratio to the best baseline

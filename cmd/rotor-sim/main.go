@@ -2,7 +2,7 @@
 // selection (rotation.Selector, built by rotation.Open on a fake clock)
 // and through three baseline policies, and prints one markdown table per
 // workload: requests served, minutes blocked, conversations moved (make
-// sim; SPEC §15 "Spending what expires first"; docs/PERFORMANCE.md shows
+// sim; docs/selection.md "Spending what expires first"; docs/PERFORMANCE.md shows
 // the tables).
 //
 // # The window model
@@ -16,7 +16,7 @@
 //     a fixed time: an account nobody uses has no window running, and its
 //     quota is not running out. A workload may start an account with
 //     windows already running (used before the replay), which the selector
-//     learns as rotor's usage read at serve start would (SPEC §15).
+//     learns as rotor's usage read at serve start would (docs/selection.md).
 //   - Each request served charges its tokens (from the workload) to both
 //     windows: the share of a window's capacity it uses is tokens divided
 //     by capacity, so one request costs a Plus account a larger share than
@@ -28,7 +28,7 @@
 //   - A window resets when its time is up (five hours or a week after it
 //     started): its use goes back to zero, and what was left of its
 //     capacity is lost. The next request starts it again.
-//   - SPEC §17: a workload's Model is metered by a limit family of its
+//   - docs/selection.md: a workload's Model is metered by a limit family of its
 //     own (its own five-hour and weekly windows, a share of the plan's);
 //     the conversations that use it fill only those, and a full one
 //     refuses only them. An account may hold credits (a balance in
@@ -71,11 +71,11 @@
 // one), so a team of four blocked for an hour counts four hours and a
 // night counts nothing. Conversations moved counts turns served by
 // another account than their conversation's previous turn (each costs the
-// prompt cache and SPEC §13's edits). Weekly quota expired is the share of
+// prompt cache and docs/codex.md's edits). Weekly quota expired is the share of
 // the pool's weekly capacity that weekly resets during the replay threw
 // away unused; windows still running at the end count as kept.
 //
-// # The offline bound (SPEC §18)
+// # The offline bound (docs/PERFORMANCE.md)
 //
 // For each week, minutes blocked that no schedule can go below, even one
 // that knows every request in advance: a relaxation of the real problem,
@@ -108,7 +108,7 @@
 // -demand scales the conversations an hour (which also draws other
 // weeks).
 //
-// # The weeks of SPEC §18
+// # The weeks of docs/PERFORMANCE.md
 //
 // After the published weeks, make sim replays the weeks of the week
 // generator (testdata/sim/weeks/weeks.json, see Weeks) for every
@@ -116,7 +116,7 @@
 // (bound + 60), median and worst week (ratioSlack says why the hour);
 // weeks it blocked more than the best baseline; minutes blocked and
 // conversations moved, summed; credits spent; then rotor's policy against
-// §18's targets.
+// docs/PERFORMANCE.md's targets.
 package main
 
 import (
@@ -145,7 +145,7 @@ func main() {
 	flag.IntVar(&o.seeds, "seeds", 0, "instead of the tables, replay each workload with this many seeds (its own first) and summarise")
 	flag.IntVar(&o.first, "first-seed", 0, "with -seeds: start at this seed of each workload (0, the default, is its file's own): a later start replays weeks the policy was not tuned on")
 	flag.Float64Var(&o.demand, "demand", 1, "with -seeds: scale every workload's conversations an hour by this")
-	flag.StringVar(&o.weeks, "weeks", "", "the week generator's file (SPEC §18); default DIR/weeks/weeks.json, \"none\" for none")
+	flag.StringVar(&o.weeks, "weeks", "", "the week generator's file (docs/PERFORMANCE.md); default DIR/weeks/weeks.json, \"none\" for none")
 	flag.Parse()
 	if err := run(os.Stdout, &o); err != nil {
 		fmt.Fprintln(os.Stderr, "rotor-sim:", err)
@@ -182,7 +182,7 @@ func run(out io.Writer, o *options) error {
 	return judgeAll(out, o, ws)
 }
 
-// judgeAll prints SPEC §18's tables: every workload of ws over the weeks
+// judgeAll prints docs/PERFORMANCE.md's tables: every workload of ws over the weeks
 // of o.weeks's generator.
 func judgeAll(out io.Writer, o *options, ws []*Workload) error {
 	path := o.weeks
@@ -196,7 +196,7 @@ func judgeAll(out io.Writer, o *options, ws []*Workload) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n### Against the offline bound (SPEC §18)\n")
+	fmt.Fprintf(out, "\n### Against the offline bound\n")
 	for _, w := range ws {
 		weeks, err := judgeWeeks(w, g)
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// SPEC §17 in the model: an account with credits keeps answering once a
+// docs/selection.md in the model: an account with credits keeps answering once a
 // window is full, spending them, until the balance is gone; then 429. A
 // model with a family of its own fills only its own windows. rotor's
 // selector (--credits last-resort) sends a request to credits only when

@@ -11,7 +11,7 @@ import (
 )
 
 // maxAttempts is the proxy's default --max-attempts (proxy.DefaultMaxAttempts,
-// SPEC §4): the most accounts one request tries.
+// docs/selection.md): the most accounts one request tries.
 const maxAttempts = 4
 
 // Policies, in the order the tables show them.
@@ -46,7 +46,7 @@ type Result struct {
 	// replay is not a work-conserving schedule, which the offline bound
 	// assumes.
 	GaveUp int
-	// Credits is the tokens served on credits (SPEC §17), CreditRequests
+	// Credits is the tokens served on credits (docs/selection.md), CreditRequests
 	// the requests.
 	Credits        float64
 	CreditRequests int
@@ -109,7 +109,7 @@ func newSim(dir string, w *Workload, wk *week, policy string) (*sim, error) {
 		return nil, err
 	}
 	for i, a := range s.accts {
-		// What rotor's usage read at serve start (SPEC §15) knows of the
+		// What rotor's usage read at serve start (docs/selection.md) knows of the
 		// windows already running.
 		if q := a.quota(w.Start, w.Model); q.Primary != nil || q.Secondary != nil || q.Credits != nil || q.Families != nil {
 			s.rt.SetQuota(s.pool.Accounts[i].ID, q)

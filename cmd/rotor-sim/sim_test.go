@@ -13,7 +13,7 @@ import (
 
 const workloads = "../../testdata/sim"
 
-// The claim docs/PERFORMANCE.md publishes (SPEC §15), pinned on the small
+// The claim docs/PERFORMANCE.md publishes (docs/selection.md), pinned on the small
 // workload: rotor's policy blocks no longer than the best of round-robin,
 // fill-first and least-used, and moves no more conversations than
 // least-used. If it fails, improve the policy, not this test.

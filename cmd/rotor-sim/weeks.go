@@ -13,11 +13,11 @@ import (
 
 // WeeksKind names the week generator and its version: a change to it
 // that changes the weeks it makes gets a new name, in a commit of its
-// own that says why (SPEC §18: the generator is not tuned after seeing a
+// own that says why (docs/PERFORMANCE.md: the generator is not tuned after seeing a
 // result), and docs/PERFORMANCE.md keeps the table of every version.
 const WeeksKind = "weeks/1"
 
-// Weeks is testdata/sim/weeks/weeks.json: how the weeks of SPEC §18 are
+// Weeks is testdata/sim/weeks/weeks.json: how the weeks of docs/PERFORMANCE.md are
 // drawn from each workload. Week i of workload w is drawn from its own
 // random stream (Seed+i, and w's name), so adding a workload or a week
 // changes no other week. Each week keeps w's people, sessions, plans and

@@ -65,7 +65,7 @@ func (w *window) report() *rotation.Window {
 }
 
 // account is one account of the model: a five-hour and a weekly window
-// for each limit family (SPEC §17: the main one first, then the model
+// for each limit family (docs/selection.md: the main one first, then the model
 // of the workload's own family, when it has one), and credits.
 type account struct {
 	id    string

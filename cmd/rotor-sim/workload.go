@@ -23,13 +23,13 @@ type Workload struct {
 	Plans    map[string]Plan `json:"plans"`
 	Accounts []AccountSpec   `json:"accounts"`
 	// Model, when set, is a model metered by a limit family of its own
-	// (SPEC §17) that some conversations use.
+	// (docs/selection.md) that some conversations use.
 	Model     *ModelSpec `json:"model,omitempty"`
 	Generator Generator  `json:"generator"`
 }
 
 // ModelSpec is a model the backend meters against a limit family of its
-// own (SPEC §17): every account has that family's five-hour and weekly
+// own (docs/selection.md): every account has that family's five-hour and weekly
 // windows beside its main ones, each Capacity times the main window's
 // capacity of its plan, starting at first use like them. Share of the
 // conversations use the model (each drawn on its own, from a stream of
@@ -62,7 +62,7 @@ type AccountSpec struct {
 	FiveHour *RunningWindow `json:"five_hour,omitempty"`
 	Weekly   *RunningWindow `json:"weekly,omitempty"`
 	// Credits, when positive, is the account's credits balance in tokens
-	// (SPEC §17): once a window of a family is full the backend keeps
+	// (docs/selection.md): once a window of a family is full the backend keeps
 	// answering and spends them, until the balance is gone.
 	Credits float64 `json:"credits_tokens,omitempty"`
 }

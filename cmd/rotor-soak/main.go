@@ -1,5 +1,5 @@
 // Command rotor-soak runs a real `rotor serve` under load and injected
-// faults for a bounded time, then checks what SPEC §4 promises (make soak):
+// faults for a bounded time, then checks what docs/selection.md promises (make soak):
 //
 //   - no request is lost before its first byte: healthy accounts are always
 //     in the pool, so every answer rotor makes itself is a loss (an error

@@ -285,7 +285,7 @@ func cmdUnpin(a *app, args []string) error {
 	return nil
 }
 
-// listAccount is one account in `rotor list --json` (SPEC §3).
+// listAccount is one account in `rotor list --json` (docs/commands.md).
 type listAccount struct {
 	Index         int     `json:"index"`
 	ID            string  `json:"id"`
@@ -301,9 +301,9 @@ type listAccount struct {
 	// ProxyURL is the account's own proxy as stored: never its password.
 	ProxyURL string `json:"proxy_url,omitempty"`
 	// ResetCredits are the account's banked rate-limit reset credits, as
-	// its backend last reported them; null when unknown (SPEC §15).
+	// its backend last reported them; null when unknown (docs/selection.md).
 	ResetCredits *int `json:"reset_credits"`
-	// The whole meter (SPEC §17): Credits (null when unknown), OnCredits
+	// The whole meter (docs/selection.md): Credits (null when unknown), OnCredits
 	// (a main window is full and credits are spent now), Workspace (no
 	// windows: the workspace budgets), Families (other limit families
 	// with the model each meters), FamilyLimits (those limited now), and

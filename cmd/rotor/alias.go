@@ -31,7 +31,7 @@ var aliasVerbs = map[string]aliasVerb{
 	"rm":   {1, aliasRemove},
 }
 
-// cmdAlias keeps the model aliases of the home (SPEC §12): set, list, rm.
+// cmdAlias keeps the model aliases of the home (docs/aliases.md): set, list, rm.
 func cmdAlias(a *app, args []string) error {
 	fs := a.flags()
 	kind := fs.String("kind", "", "with set: rename only on accounts of kind `K`, chatgpt or api-key; none renames on every kind")

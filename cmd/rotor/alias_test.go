@@ -11,7 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// SPEC §12: rotor alias set|list|rm keep ROTOR_HOME/aliases.json.
+// docs/aliases.md: rotor alias set|list|rm keep ROTOR_HOME/aliases.json.
 func TestAliasSetListRemove(t *testing.T) {
 	t.Parallel()
 	h := newHome(t)

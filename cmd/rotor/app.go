@@ -229,7 +229,7 @@ func (a *app) runtime(st *accounts.Store, pool *accounts.Pool) (*rotation.Select
 		fmt.Fprintf(a.stderr, "rotor: warning: %v (\"rotor fix\" rewrites it)\n", err)
 	}
 	// The views judge accounts on credits by the policy serves on this
-	// environment use (SPEC §17); a bad value is serve's to refuse.
+	// environment use (docs/selection.md); a bad value is serve's to refuse.
 	if p, err := a.creditsPolicy(""); err == nil {
 		sel.SetCredits(p)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // cmdCodex points Codex CLI, signed in with ChatGPT as it is, at rotor
-// (SPEC §14): "rotor codex link" writes the two base URLs into its
+// (docs/codex.md): "rotor codex link" writes the two base URLs into its
 // config.toml, "rotor codex unlink" takes them out.
 func cmdCodex(a *app, args []string) error {
 	fs := a.flags()

@@ -10,7 +10,7 @@ import (
 )
 
 // "rotor codex link" points Codex, signed in as itself, at rotor; unlink
-// takes it back; Codex's own settings stay as they were (SPEC §14).
+// takes it back; Codex's own settings stay as they were (docs/codex.md).
 func TestCodexLinkAndUnlink(t *testing.T) {
 	t.Parallel()
 	h := newHome(t)

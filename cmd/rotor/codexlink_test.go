@@ -69,7 +69,7 @@ func TestImportWithoutCodexLoginSaysToLogIn(t *testing.T) {
 	}
 }
 
-// SPEC §9 across real processes: two rotor serves share an account linked
+// docs/codex.md across real processes: two rotor serves share an account linked
 // to a Codex CLI auth.json, and Codex refreshes on its own in between.
 // Every refresh token is spent exactly once, every request succeeds, and at
 // the end rotor and the file hold the same live pair.

@@ -6,7 +6,7 @@ import (
 )
 
 // rotor serve --credits (or ROTOR_CREDITS) takes one of the three
-// policies of SPEC §17; anything else is refused before the serve
+// policies of docs/selection.md; anything else is refused before the serve
 // starts, naming where it came from.
 func TestServeRefusesAnUnknownCreditsPolicy(t *testing.T) {
 	t.Parallel()

@@ -143,7 +143,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("dana's primary bar is %v%% wide, want 62%%", w)
 	}
 	// The money card: the usage records at prices.json's prices, as
-	// `rotor report` prints amounts (SPEC §16).
+	// `rotor report` prints amounts (docs/cost.md).
 	want, _ := d.money(t)
 	for _, w := range []string{"1h", "24h", "7d"} {
 		row := `#money tr[data-window="` + w + `"] `

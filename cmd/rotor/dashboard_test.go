@@ -57,7 +57,7 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 	h.ok("", "import", "codex", "--file", auth, "--label", "dana")
 	authJSON, _ := os.ReadFile(auth)
 	// dana's backend tells the same windows when serve reads her usage
-	// (SPEC §15) as the state already holds.
+	// (docs/selection.md) as the state already holds.
 	login, err := accounts.ReadCodexAuth(auth)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +223,7 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// The dashboard's security on the wire (SPEC §8): no cookie, no data; a
+// The dashboard's security on the wire (docs/dashboard.md): no cookie, no data; a
 // login link works once; foreign Host or Origin get 403; a button needs
 // the cookie and this serve's own Origin; nothing served holds a secret.
 func TestDashboardOnTheWire(t *testing.T) {
@@ -321,7 +321,7 @@ func TestDashboardOnTheWire(t *testing.T) {
 		t.Errorf("state usage: %d recent, %d accounts", len(snap.Usage.Recent), len(snap.Usage.Accounts))
 	}
 	// The money card's figures: the records at prices.json's prices, the
-	// API keys' as cost, dana's as value, in every window (SPEC §16).
+	// API keys' as cost, dana's as value, in every window (docs/cost.md).
 	want, _ := d.money(t)
 	money := snap.Usage.Money
 	if p := money.Prices; p.Date != "2025-11-20" || p.FileDate != "2025-12-01" || p.File != d.h.path("prices.json") {
@@ -362,7 +362,7 @@ func TestDashboardOnTheWire(t *testing.T) {
 		}
 	}
 
-	// The metrics take the cookie in place of the key (SPEC §12), under the
+	// The metrics take the cookie in place of the key (docs/cost.md), under the
 	// same Host and Origin checks.
 	resp, body := d.do(t, wireReq{path: "/metrics", cookie: cookie})
 	if resp.StatusCode != 200 || !strings.Contains(body, "rotor_requests_total") {

@@ -12,7 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// pricing is the price table `rotor report` prices usage with (SPEC §16):
+// pricing is the price table `rotor report` prices usage with (docs/cost.md):
 // the home's (the shipped one, prices.json over it), or the shipped one
 // alone when prices.json cannot be read (err says why).
 type pricing struct {
@@ -128,7 +128,7 @@ func usd(v prices.USD) string {
 
 // figure is usd(v), or "unpriced" for an amount that is no figure
 // (prices.Sum.Priced): only usage of models without a price went to it,
-// which is not $0 (SPEC §16).
+// which is not $0 (docs/selection.md).
 func figure(v prices.USD, priced bool) string {
 	if !priced {
 		return "unpriced"

@@ -11,7 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// rotor report prices the usage log (SPEC §16), each record as its
+// rotor report prices the usage log (docs/cost.md), each record as its
 // account's kind says: what the API key cost, what the ChatGPT account's
 // usage was worth at API prices, what cached input saved, and the tokens
 // of a model the table does not know, never priced as 0. prices.json
@@ -120,8 +120,7 @@ func TestDiagReportPricesTheUsage(t *testing.T) {
 	}
 }
 
-// A model the price table does not know is unpriced, never free (SPEC
-// §16): where only its usage went, the amount is null in `report --json`
+// A model the price table does not know is unpriced, never free (docs/cost.md): where only its usage went, the amount is null in `report --json`
 // (per model, per account, in total) and "unpriced" in the text, not 0
 // and $0; an amount no usage went to stays a true 0.
 func TestDiagReportUnpricedIsNotFree(t *testing.T) {

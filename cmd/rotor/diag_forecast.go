@@ -46,7 +46,7 @@ type forecastAccount struct {
 	Outlook       *string `json:"outlook"`
 	RunsOutAt     *string `json:"runs_out_at"`
 	RunsOutWindow *string `json:"runs_out_window"`
-	// The whole meter (SPEC §17; the quota's credits, workspace and
+	// The whole meter (docs/selection.md; the quota's credits, workspace and
 	// families are in Quota): OnCredits, the usage limits of other
 	// families, and the reached type of the limit it waits on.
 	OnCredits         bool               `json:"on_credits"`

@@ -27,17 +27,17 @@ type usageCounts struct {
 	ErrorsByCode map[string]int64 `json:"errors_by_code"`
 	ByStatus     map[string]int64 `json:"by_status"`
 	Tokens       usage.Tokens     `json:"tokens"`
-	// CacheHitRate is cached ÷ input tokens, null without input (SPEC §12).
+	// CacheHitRate is cached ÷ input tokens, null without input (docs/cost.md).
 	CacheHitRate *float64       `json:"cache_hit_rate"`
 	Affinity     affinityCounts `json:"affinity"`
 	// Credits are the requests served on credits, past a full window's
-	// included quota, and their tokens (SPEC §17).
+	// included quota, and their tokens (docs/selection.md).
 	Credits creditsCounts `json:"credits"`
 	// FastRequests and FlexRequests count the requests that asked for
 	// the priority service tier (Codex's Fast) and for flex.
 	FastRequests int64 `json:"fast_requests"`
 	FlexRequests int64 `json:"flex_requests"`
-	// Money is the usage in dollars at the report's prices (SPEC §16).
+	// Money is the usage in dollars at the report's prices (docs/cost.md).
 	Money prices.Sum `json:"money"`
 }
 
@@ -325,7 +325,7 @@ func indexList(xs []int) string {
 }
 
 // usageCols are the columns of every usage table, after its first.
-// ON CREDITS is requests/tokens served on credits (SPEC §17); FAST the
+// ON CREDITS is requests/tokens served on credits (docs/selection.md); FAST the
 // requests that asked for the priority tier.
 const usageCols = "REQUESTS\tERRORS\tINPUT\tCACHED\tCACHE HIT\tOUTPUT\tREASONING\tAFFINITY KEPT/MOVED\tON CREDITS REQ/TOK\tFAST"
 

@@ -407,14 +407,14 @@ func TestDiagReportCommand(t *testing.T) {
 		diagField(t, v, "usage", "windows", "24h", "by_model", 0, "requests") != 2.0 {
 		t.Errorf("24h by_model: %v", diagField(t, v, "usage", "windows", "24h", "by_model"))
 	}
-	// The prompt cache's hit rate is cached ÷ input (SPEC §12), null
+	// The prompt cache's hit rate is cached ÷ input (docs/cost.md), null
 	// without input; affinity counts what it kept and moved.
 	if diagField(t, hour, "by_account", 0, "cache_hit_rate") != 1000.0/1200 || diagField(t, hour, "by_account", 1, "cache_hit_rate") != nil ||
 		diagField(t, hour, "by_model", 0, "cache_hit_rate") != 1000.0/1200 {
 		t.Errorf("1h cache hit rates: %v", hour)
 	}
 	// Requests served on credits, with their tokens, and those that asked
-	// for Fast (the priority tier) or Flex, per account (SPEC §17).
+	// for Fast (the priority tier) or Flex, per account (docs/selection.md).
 	if c := diagField(t, hour, "by_account", 0, "credits"); diagField(t, c, "requests") != 1.0 || diagField(t, c, "tokens", "total") != 1500.0 ||
 		diagField(t, hour, "by_account", 0, "fast_requests") != 1.0 || diagField(t, hour, "by_account", 0, "flex_requests") != 0.0 {
 		t.Errorf("1h account 1 credits and tiers: %v", diagField(t, hour, "by_account", 0))

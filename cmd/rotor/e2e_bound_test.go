@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of SPEC §13 with the real Codex CLI: a conversation
+// End-to-end tests of docs/codex.md with the real Codex CLI: a conversation
 // whose upstream mints account-bound content (reasoning's
 // encrypted_content, a compaction item) moves to a second account in the
 // middle of a session, and Codex finishes its turn. The fake upstream binds
@@ -194,7 +194,7 @@ func e2eHasUserText(body []byte, text string) bool {
 	return false
 }
 
-// compactionTypes are the item types of a compaction (SPEC §13).
+// compactionTypes are the item types of a compaction (docs/codex.md).
 var e2eCompactionTypes = []string{"compaction", "compaction_summary", "context_compaction"}
 
 // e2eCompactions are the compaction items of a request's input.
@@ -365,7 +365,7 @@ func e2eCodexTurns(t *testing.T, turns ...[]string) string {
 // limit: the next request carries the first account's compaction item and
 // moves to the second account. rotor relayed that compaction, so it makes
 // it again on the second account and sends the new item in its place
-// (SPEC §13); the conversation keeps its summarized context, and Codex
+// (docs/codex.md); the conversation keeps its summarized context, and Codex
 // finishes its turn.
 //
 // The pinned Codex compacts only through compaction v2: a Responses request

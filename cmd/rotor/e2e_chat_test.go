@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of Chat Completions (SPEC §7) with real clients: the
+// End-to-end tests of Chat Completions (docs/clients.md) with real clients: the
 // openai SDK's chat.completions, the AI SDK's openai.chat() and LangChain's
 // default ChatOpenAI (testdata/e2e/chat.mjs), each through `rotor exec` in
 // front of the fake upstream, on a ChatGPT account (translated to the Codex
@@ -25,13 +25,13 @@ const (
 	// e2eChatModel is the model chat.mjs asks for.
 	e2eChatModel = "gpt-5"
 	// e2eChatCallID is the call id of the tool_call fixtures, Responses and
-	// Chat alike; rotor keeps it both ways (§7).
+	// Chat alike; rotor keeps it both ways (docs/clients.md).
 	e2eChatCallID = "call_123"
 	// e2eChatTotalTokens is the usage of the hello fixtures, Responses and
 	// Chat alike.
 	e2eChatTotalTokens = 1289
 	// e2eChatAbortDelay spaces the events of the aborted stream. rotor
-	// notices a client that left when a write to it fails (§4: "at the next
+	// notices a client that left when a write to it fails (docs/selection.md: "at the next
 	// write"), which takes one or two events after the abort; the stream
 	// would take many more to end on its own (e2eChatKind.gaps).
 	e2eChatAbortDelay = time.Second

@@ -15,7 +15,7 @@ import (
 )
 
 // The real Codex CLI through rotor exec, on the ChatGPT account imported
-// from its own CODEX_HOME (SPEC §9). The upstream refuses that login's
+// from its own CODEX_HOME (docs/codex.md). The upstream refuses that login's
 // access token, so rotor refreshes during the run; afterwards Codex's
 // auth.json must hold the live pair rotor got, or Codex would be logged out
 // (refresh_token_reused) the next time it refreshed by itself.

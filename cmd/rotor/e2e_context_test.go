@@ -1,8 +1,7 @@
 package main
 
 // The end-to-end test of a Codex CLI turn whose input is over the model's
-// context window, Codex signed in with ChatGPT and linked to rotor (SPEC
-// §14). The ChatGPT backend fails such a stream before any output
+// context window, Codex signed in with ChatGPT and linked to rotor (docs/codex.md). The ChatGPT backend fails such a stream before any output
 // (response.failed, context_length_exceeded), which the fake upstream does
 // too (proxy/upstreamtest, "The backend's own rules"). Codex must learn
 // that its context is full, as it would without rotor; no account may be

@@ -1,7 +1,7 @@
 package main
 
-// The end-to-end test of SPEC §17 with the real Codex CLI: signed in with
-// ChatGPT and linked to a running serve (§14), with Codex's own account
+// The end-to-end test of docs/selection.md with the real Codex CLI: signed in with
+// ChatGPT and linked to a running serve (docs/codex.md), with Codex's own account
 // past its window and holding credits, and another account with included
 // quota left. The fake meters both as the backend does
 // (upstreamtest.Meter): an account on credits keeps answering, and spends
@@ -45,8 +45,7 @@ func TestE2ECodexCredits(t *testing.T) {
 	w.up.Set(other.AccessToken, upstreamtest.Behavior{ToolRoundTrip: true, Meter: &upstreamtest.Meter{
 		Families: []upstreamtest.Family{{ID: "codex", Primary: window(10)}, sonic(70)}, Step: 1}})
 
-	// The serve Codex uses reads both accounts' usage as it starts (SPEC
-	// §15), before Codex sends anything; then the link.
+	// The serve Codex uses reads both accounts' usage as it starts (docs/selection.md), before Codex sends anything; then the link.
 	serve, in, stopServe := w.serveWith("--log-level", "debug")
 	for deadline := time.Now().Add(10 * time.Second); e2eUsageReads(w.up) < 2; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -1,6 +1,6 @@
 package main
 
-// The end-to-end test of SPEC §14 with the real Codex CLI: Codex keeps its
+// The end-to-end test of docs/codex.md with the real Codex CLI: Codex keeps its
 // own ChatGPT sign-in and its built-in provider, and `rotor codex link`
 // points both of its base URLs at a running `rotor serve`.
 //
@@ -47,7 +47,7 @@ const (
 	e2eSignedInPrompt = "what is the weather in Paris?"
 	// e2eSignedInOwnUsed and e2eSignedInOtherUsed are the primary windows
 	// the fake reports for the two accounts (x-codex-* headers). Above 95%
-	// the other account is deferred (SPEC §4): it serves only when Codex's
+	// the other account is deferred (docs/selection.md): it serves only when Codex's
 	// own account cannot, so the turn starts on Codex's own account.
 	e2eSignedInOwnUsed   = 30
 	e2eSignedInOtherUsed = 96
@@ -347,7 +347,7 @@ func TestE2ECodexSignedIn(t *testing.T) {
 	}
 
 	// rotor learns both accounts' quota first: a serve reads them from the
-	// backend as it starts (SPEC §15), and the runtime state is shared
+	// backend as it starts (docs/selection.md), and the runtime state is shared
 	// through ROTOR_HOME. Above 95% used, the pool keeps the other account
 	// for when Codex's own cannot serve.
 	_, _, stopPin := w.serveWith("--account", "2")
@@ -611,10 +611,10 @@ func TestE2ECodexSignedIn(t *testing.T) {
 			t.Errorf("rotor answered wham/usage %d %s; want the pool's: allowed, plan %s, %d%% used", u.Status, u.RespBody, e2eSignedInOther.PlanType, e2eSignedInOtherUsed)
 		}
 		if c := body.Get("rate_limit_reset_credits"); !c.IsObject() || c.Get("available_count").Type != gjson.Number {
-			t.Errorf("rotor's wham/usage answer has no rate_limit_reset_credits {available_count} (SPEC §14: \"answers §10's shape from the pool, with rate_limit_reset_credits\"): %s", u.RespBody)
+			t.Errorf("rotor's wham/usage answer has no rate_limit_reset_credits {available_count} (docs/codex.md: \"answers docs/codex.md's shape from the pool, with rate_limit_reset_credits\"): %s", u.RespBody)
 		}
 	}
-	// rotor's own reads of the accounts' usage (SPEC §15) reach the
+	// rotor's own reads of the accounts' usage (docs/selection.md) reach the
 	// upstream; Codex's call does not add one: rotor answers it.
 	if n := e2eUsageReads(w.up); n != upstreamReads {
 		t.Errorf("Codex's wham/usage reached the upstream (%d reads there before it, %d after); rotor answers it from the pool", upstreamReads, n)

@@ -102,10 +102,10 @@ func cmdExec(a *app, args []string) error {
 }
 
 // codexOverrides are the -c flags that make Codex CLI talk to the proxy
-// (SPEC §3 exec); other commands get none. Codex signed in with ChatGPT
+// (docs/commands.md exec); other commands get none. Codex signed in with ChatGPT
 // as an account of the pool keeps its sign-in and built-in provider, and
-// gets the two base URLs "rotor codex link" writes (SPEC §14); otherwise
-// it talks through a "rotor" model provider with the client key (§10).
+// gets the two base URLs "rotor codex link" writes (docs/codex.md); otherwise
+// it talks through a "rotor" model provider with the client key (docs/codex.md).
 func codexOverrides(cmd, url string, signedIn bool) []string {
 	if filepath.Base(cmd) != "codex" {
 		return nil
@@ -122,14 +122,14 @@ func codexOverrides(cmd, url string, signedIn bool) []string {
 		// Codex switches remote compaction on for the provider named
 		// "OpenAI" only (ModelProviderInfo::is_openai): rotor is OpenAI's
 		// Responses API, so it takes the name and Codex compacts as it does
-		// talking to OpenAI directly (SPEC §10).
+		// talking to OpenAI directly (docs/codex.md).
 		"-c", `model_providers.rotor.name="OpenAI"`,
 		"-c", fmt.Sprintf("model_providers.rotor.base_url=%q", url),
 		"-c", `model_providers.rotor.wire_api="responses"`,
 		"-c", `model_providers.rotor.env_key="OPENAI_API_KEY"`,
 		"-c", `model_providers.rotor.requires_openai_auth=false`,
 		// Responses over one WebSocket per session, as Codex talks to
-		// OpenAI directly (SPEC §10).
+		// OpenAI directly (docs/codex.md).
 		"-c", `model_providers.rotor.supports_websockets=true`,
 	}
 }

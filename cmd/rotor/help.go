@@ -21,7 +21,7 @@ type command struct {
 // Command groups, in the order "rotor help" shows them.
 var groups = []string{"Proxy", "Accounts", "Diagnostics", "Other"}
 
-// commands is the CLI's surface (SPEC §3).
+// commands is the CLI's surface (docs/commands.md).
 var commands map[string]command
 
 func init() {

@@ -8,7 +8,7 @@ import (
 )
 
 // exportJSON prints body as the one pretty-printed JSON object of a
-// --json command (SPEC §3): "command" first, naming the command family,
+// --json command (docs/commands.md): "command" first, naming the command family,
 // then body's members, with every list present as [] rather than null.
 // It is the only place --json output is made, as gh's exporter is.
 func (a *app) exportJSON(command string, body any) error {

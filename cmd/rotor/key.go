@@ -61,7 +61,7 @@ type keyFollower struct {
 }
 
 // keyPollInterval is how often a serve on the stable key looks for a
-// rotation: four looks a second keep SPEC §11's "within 1 s".
+// rotation: four looks a second keep docs/service.md's "within 1 s".
 const keyPollInterval = rotation.WatchInterval
 
 // run follows the key from cur on every tick of clk until ctx ends. Its

@@ -41,7 +41,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 // A body rotor refuses, or decodes to find it too large, costs no more
 // than the cap and a small constant, also one right after the other: a
 // chunked upload one byte over the cap, then a 0.5 MB gzip body that
-// inflates to 500 MB (SPEC §4 Limits), then a large body it forwards.
+// inflates to 500 MB (docs/selection.md Limits), then a large body it forwards.
 // 248 MB peaked here once, for a 64 MiB cap.
 func TestServeMemoryAroundLargeBodiesStaysNearTheCap(t *testing.T) {
 	// A model whose context window holds the 48 MiB body forwarded last.

@@ -11,8 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// What list, rotation status and forecast show of the whole meter (SPEC
-// §17): credits, workspaces, limit families and the reason of a limit.
+// What list, rotation status and forecast show of the whole meter (docs/selection.md): credits, workspaces, limit families and the reason of a limit.
 
 // workspaceNoWindows is what a workspace account's quota cells say: the
 // backend budgets it without windows, which is not "no quota".

@@ -9,7 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// list, rotation status and forecast show the whole meter (SPEC §17):
+// list, rotation status and forecast show the whole meter (docs/selection.md):
 // credits, a workspace without windows (never "no quota"), each limit
 // family with its model and windows, a limited family, an account on
 // credits now, and a workspace limit's reason.

@@ -11,7 +11,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// Outbound proxies (SPEC §11): the environment's rule, read through this
+// Outbound proxies (docs/behind-a-proxy.md): the environment's rule, read through this
 // run's getenv, and the --proxy flag of the commands that add accounts and
 // of "rotor set".
 

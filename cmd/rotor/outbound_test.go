@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// SPEC §11: an account's own proxy is set with --proxy on add-key and
+// docs/behind-a-proxy.md: an account's own proxy is set with --proxy on add-key and
 // with "rotor set", shown without its password, and its password lives in
 // the secrets store only.
 func TestProxyFlagKeepsThePasswordASecret(t *testing.T) {

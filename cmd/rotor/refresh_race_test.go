@@ -22,7 +22,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-// SPEC §5: refresh tokens are single-use, so at most one refresh per account
+// docs/accounts.md: refresh tokens are single-use, so at most one refresh per account
 // may run at a time across every rotor process on a ROTOR_HOME. This test
 // runs two real `rotor serve` processes on one ROTOR_HOME whose only
 // ChatGPT account has an access token the upstream refuses, sends requests
@@ -261,7 +261,7 @@ func TestRefreshRaceAcrossProcesses(t *testing.T) {
 
 	a := raceServe(t, bin, env, "A")
 	b := raceServe(t, bin, env, "B")
-	// The serves read the account's usage as they start (SPEC §15), one
+	// The serves read the account's usage as they start (docs/selection.md), one
 	// for both; only then does the upstream refuse the old token, so the
 	// requests below, not that read, are what meets the 401.
 	usageRead := func() bool {

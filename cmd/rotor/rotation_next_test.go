@@ -15,7 +15,7 @@ import (
 )
 
 // `rotor rotation status` names, as next, the account the running serve's
-// next new conversation actually goes to (SPEC §3 "who is next and why"):
+// next new conversation actually goes to (docs/commands.md "who is next and why"):
 // the serve's own pick, with its own tie-breaker and what it knows in
 // memory, never one worked out by the command's process. Checked against
 // a real serve across pool states: fresh, quota known, an account

@@ -165,7 +165,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	return r, nil
 }
 
-// creditsPolicy is the credits policy (SPEC §17): --credits, else
+// creditsPolicy is the credits policy (docs/selection.md): --credits, else
 // ROTOR_CREDITS, else last-resort.
 func (a *app) creditsPolicy(flagValue string) (rotation.CreditsPolicy, error) {
 	name, v := "--credits", flagValue
@@ -209,13 +209,13 @@ type serveHome struct {
 	usage   *usage.Log
 	clock   clock.Clock
 	aliases *aliases.Live
-	// prices price the usage in /metrics and on the dashboard (SPEC §16),
+	// prices price the usage in /metrics and on the dashboard (docs/cost.md),
 	// read once at the start.
 	prices *prices.Table
 }
 
 // openServeHome loads st's pool, opens the selector over the shared
-// runtime state (with a random seed, so parallel proxies spread, SPEC §4)
+// runtime state (with a random seed, so parallel proxies spread, docs/selection.md)
 // and the usage log, and pins the process to account when it is set
 // (--account). A state.json that cannot be read is only warned about: the
 // proxy starts from fresh state.
@@ -340,7 +340,7 @@ func (h *serveHome) serve(srv *proxy.Server, ln net.Listener, key string, log ze
 		}, h.aliases.Refresh)
 	}()
 	r.watched.Go(func() {
-		// What each account has used, read from its backend (SPEC §15);
+		// What each account has used, read from its backend (docs/selection.md);
 		// the serves on the home take turns and share what they read.
 		srv.ReadUsage(ctx, filepath.Join(h.st.Dir(), home.UsageReadLock), func() { h.sel.Runtime().Sync(nil) })
 	})

@@ -12,12 +12,12 @@ import (
 // serviceSpec is what a service definition names: everything is absolute,
 // because a login service starts with no shell, no PATH of the user's and
 // no working directory. It never holds the client key: the serve reads
-// the stable key from ROTOR_HOME or the keyring (SPEC §11).
+// the stable key from ROTOR_HOME or the keyring (docs/service.md).
 type serviceSpec struct {
 	Binary  string // the rotor binary, symlinks resolved
 	Home    string // ROTOR_HOME
 	Secrets string // ROTOR_SECRETS when set, so the service uses the CLI's backend
-	Credits string // ROTOR_CREDITS when set, so the service spends credits as the user chose (SPEC §17)
+	Credits string // ROTOR_CREDITS when set, so the service spends credits as the user chose (docs/selection.md)
 	File    string // the unit, plist or task definition
 	LogDir  string // where the serve's output goes (macOS, Windows)
 	Label   string // the launchd label / task name

@@ -22,8 +22,8 @@ import (
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-// Tests of serve's lifecycle under signals and resource exhaustion (SPEC §3
-// serve, §4 Capacity), on real processes.
+// Tests of serve's lifecycle under signals and resource exhaustion (docs/commands.md
+// serve, docs/selection.md Capacity), on real processes.
 
 // signalHome is a home with one API-key account in front of a fake
 // upstream, set up for raceServe.
@@ -74,7 +74,7 @@ func TestServeStopsAtOnceWithIdleConnections(t *testing.T) {
 	}
 	start := time.Now()
 	p.stop(t)
-	// SPEC: within 1 s when nothing is in flight; the slack is for a
+	// docs/service.md: within 1 s when nothing is in flight; the slack is for a
 	// loaded machine, and still far below the 30 s drain.
 	if d := time.Since(start); d > 1500*time.Millisecond {
 		t.Errorf("serve took %s to stop with only idle connections open", d)
@@ -301,7 +301,7 @@ func TestEnvPrefersTheDefaultPort(t *testing.T) {
 	other.stop(t)
 }
 
-// SPEC §10: on SIGTERM a socket finishes the answer in flight, then closes
+// docs/codex.md: on SIGTERM a socket finishes the answer in flight, then closes
 // with 1001; serve then exits cleanly.
 func TestServeSIGTERMFinishesASocketsAnswerThenClosesIt(t *testing.T) {
 	h := signalHome(t, upstreamtest.Behavior{EventDelay: 100 * time.Millisecond})
@@ -345,7 +345,7 @@ func TestServeSIGTERMFinishesASocketsAnswerThenClosesIt(t *testing.T) {
 }
 
 // A connection that never sends a request (a browser's preconnect, an
-// editor's spare keep-alive) holds nothing up: SPEC §3, exit 0 within 1 s
+// editor's spare keep-alive) holds nothing up: docs/commands.md, exit 0 within 1 s
 // when nothing is in flight.
 func TestServeStopsAtOnceWithSilentConnections(t *testing.T) {
 	h := signalHome(t, upstreamtest.Behavior{})
@@ -386,7 +386,7 @@ func TestEnvNamesADamagedServeRecord(t *testing.T) {
 // An endpoint that refuses connections is seen where a user looks: the
 // serve that met it answers 503 naming it, and `rotor rotation status`,
 // another process, shows its account as cooling-down:network-error with
-// the endpoint and the OS error within a second (SPEC §4).
+// the endpoint and the OS error within a second (docs/selection.md).
 func TestUnreachableEndpointShowsInRotationStatus(t *testing.T) {
 	h := newHome(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -160,7 +160,7 @@ func TestConcurrentAddKey(t *testing.T) {
 	for b := range accounts.Backups {
 		name := home.BackupName(h.path(home.AccountsFile), b)
 		bp := hometest.PoolFile(t, name)
-		want := n + 1 - b // .bak is the current state (SPEC §2)
+		want := n + 1 - b // .bak is the current state (docs/files.md)
 		if len(bp.Accounts) != want {
 			t.Errorf("%s has %d accounts, want %d", filepath.Base(name), len(bp.Accounts), want)
 			continue
@@ -384,7 +384,7 @@ func TestFixAfterTruncationKeepsEveryKey(t *testing.T) {
 	}
 }
 
-// state.json is advisory (SPEC §2): damaged, it is read as empty with a
+// state.json is advisory (docs/files.md): damaged, it is read as empty with a
 // one-line warning, doctor reports it and fix rewrites it.
 func TestDamagedStateIsAdvisory(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
 // Package chat translates between OpenAI's Chat Completions API and the
-// Responses API that the ChatGPT Codex backend speaks (SPEC §7): a Chat
+// Responses API that the ChatGPT Codex backend speaks (docs/clients.md): a Chat
 // Completions request becomes one Responses request, and the Responses
 // stream that answers it becomes chat.completion.chunk events, event by
 // event, or one chat.completion object.
@@ -22,7 +22,7 @@ type Request struct {
 	Stream       bool // "stream": true
 	IncludeUsage bool // "stream_options": {"include_usage": true}
 	// PromptCacheKey is "prompt_cache_key", which keeps a conversation on
-	// one account (SPEC §4 affinity).
+	// one account (docs/selection.md affinity).
 	PromptCacheKey string
 	// Unsupported names the first parameter a ChatGPT account cannot
 	// serve ("n" > 1, "logprobs", "top_logprobs", "audio", "modalities"

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// LoginTTL is how long a login link works (SPEC §8).
+// LoginTTL is how long a login link works (docs/dashboard.md).
 const LoginTTL = 5 * time.Minute
 
 // SessionTTL is how long a dashboard cookie works. It also ends when the

@@ -1,4 +1,4 @@
-// Package dashboard is the web page `rotor serve` shows at / (SPEC §8): the
+// Package dashboard is the web page `rotor serve` shows at / (docs/dashboard.md): the
 // pool live, its usage as charts, and buttons to pin, unpin, enable and
 // disable accounts. It reads the pool through the same selector the proxy
 // picks with and changes it through the same store the CLI writes, so the
@@ -208,7 +208,7 @@ func (d *Dashboard) Session(ctx *fasthttp.RequestCtx) bool {
 	return ok
 }
 
-// unauthorized is SPEC §8's 401: a short page that says what to run, and
+// unauthorized is docs/dashboard.md's 401: a short page that says what to run, and
 // nothing about the pool.
 func (d *Dashboard) unauthorized(ctx *fasthttp.RequestCtx, msg string) {
 	ctx.SetStatusCode(fasthttp.StatusUnauthorized)
@@ -397,7 +397,7 @@ type bucket struct {
 	requests int
 	tokens   usage.Tokens
 	// creditsRequests and creditsTokens are those served on credits
-	// (SPEC §17); fast the requests that asked for the priority tier.
+	// (docs/selection.md); fast the requests that asked for the priority tier.
 	creditsRequests int
 	creditsTokens   int64
 	fast            int
@@ -425,7 +425,7 @@ type UsageView struct {
 	Accounts []AccountUsage `json:"accounts"`
 	Recent   []Recent       `json:"recent"`
 	// Money is the pool's usage in dollars over the last 1 h, 24 h and
-	// 7 d (SPEC §16).
+	// 7 d (docs/selection.md).
 	Money Money `json:"money"`
 }
 
@@ -449,12 +449,12 @@ type AccountUsage struct {
 	TotalRequests  int     `json:"total_requests_24h"`
 	TotalTokens24h int64   `json:"total_tokens_24h"`
 	// CacheHit is the prompt cache's hit rate (cached ÷ input tokens,
-	// SPEC §12) over the last 1 h, 24 h and 7 d; null where no input was
+	// docs/cost.md) over the last 1 h, 24 h and 7 d; null where no input was
 	// counted.
 	CacheHit CacheHit `json:"cache_hit"`
 	// CreditsRequests24h and CreditsTokens24h are the requests served on
 	// credits over the last 24 h and their tokens, FastRequests24h those
-	// that asked for Fast (SPEC §17).
+	// that asked for Fast (docs/selection.md).
 	CreditsRequests24h int   `json:"credits_requests_24h"`
 	CreditsTokens24h   int64 `json:"credits_tokens_24h"`
 	FastRequests24h    int   `json:"fast_requests_24h"`
@@ -484,7 +484,7 @@ type Recent struct {
 	DurationMS int64  `json:"duration_ms"`
 }
 
-// recentRequests is how many the page lists (SPEC §8).
+// recentRequests is how many the page lists (docs/dashboard.md).
 const recentRequests = 50
 
 // View buckets the usage at now; index maps account ids to indexes and

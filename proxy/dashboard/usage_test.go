@@ -25,7 +25,7 @@ func (r *records) Read(reset func(), add func(usage.Record)) error {
 }
 
 // The page's cache hit rate is cached ÷ input tokens of the account's
-// records in each window, and none where nothing was sent (SPEC §12).
+// records in each window, and none where nothing was sent (docs/cost.md).
 func TestUsageViewCacheHitRate(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 30, 0, 0, time.UTC)
 	rec := func(ago time.Duration, id string, input, cached int64) usage.Record {
@@ -58,7 +58,7 @@ func TestUsageViewCacheHitRate(t *testing.T) {
 	}
 }
 
-// The money card's figures (SPEC §16): each window's records priced at
+// The money card's figures (docs/cost.md): each window's records priced at
 // the table's prices, an API key's as cost, a ChatGPT account's as value,
 // a removed account's as of unknown kind; cached input's saving; an
 // unknown model's tokens apart, in no amount.
@@ -116,7 +116,7 @@ func TestUsageViewMoney(t *testing.T) {
 }
 
 // The page counts, per account over 24 h, the requests served on credits
-// and their tokens, and those that asked for Fast (SPEC §17).
+// and their tokens, and those that asked for Fast (docs/selection.md).
 func TestUsageViewCreditsAndFast(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 30, 0, 0, time.UTC)
 	tok := &usage.Tokens{Input: 100, Output: 10, Total: 110}

@@ -1,7 +1,6 @@
 package upstreamtest
 
-// The meter of Behavior.Meter: what the ChatGPT backend meters (SPEC
-// §17), limit families, credits and workspaces, kept live per account. The
+// The meter of Behavior.Meter: what the ChatGPT backend meters (docs/selection.md), limit families, credits and workspaces, kept live per account. The
 // package doc ("The meter") says what each rule answers; this file holds
 // the types, the live state and the answers' headers, events and bodies.
 

@@ -1,7 +1,7 @@
 package upstreamtest
 
 // The ChatGPT backend's own rules for account-bound content, lookups and
-// the Lite marker (SPEC §13), enforced so that no rotor test passes against
+// the Lite marker (docs/codex.md), enforced so that no rotor test passes against
 // a kinder upstream than the real one. The package doc says what each rule
 // answers; this file holds the blobs, the checks and the refusals.
 

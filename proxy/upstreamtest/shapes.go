@@ -7,8 +7,8 @@ import (
 
 // Request bodies of the shapes that cost rotor the most per byte (issue
 // 45): a client pasting a file as its first message, with no id naming
-// the conversation, so that rotor derives one (SPEC §16); and Codex's
-// history, dense with small items and account-bound blobs (SPEC §13).
+// the conversation, so that rotor derives one (docs/selection.md); and Codex's
+// history, dense with small items and account-bound blobs (docs/codex.md).
 // The proxy's benchmarks and cmd/rotor-bench send the same bytes.
 
 // pastedLine is one line of a pasted source file, as JSON string text:

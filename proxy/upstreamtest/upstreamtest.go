@@ -29,7 +29,7 @@
 // # The backend's own rules
 //
 // The ChatGPT backend binds some content to the account that produced it
-// and treats some input as lookups (SPEC §13). rotor moves conversations
+// and treats some input as lookups (docs/codex.md). rotor moves conversations
 // between accounts, so the fake enforces the same rules, and no rotor test
 // can pass against a kinder upstream than the real one. An account here is
 // the request's chatgpt-account-id header when present, else its bearer
@@ -102,7 +102,7 @@
 //
 // The backend meters an account's Responses requests in limit families,
 // spends credits past a full window, and budgets workspaces instead of
-// windows (SPEC §17). Behavior.Meter opts an account in; its live meter
+// windows (docs/selection.md). Behavior.Meter opts an account in; its live meter
 // is kept per account (named as by the rules above) and read with
 // Metered. A Set with another *Meter starts it again from that Meter; a
 // Set with the same one keeps it. Every Responses request (POST
@@ -223,7 +223,7 @@ const (
 	compactionPlaceholder = "{{COMPACTION_BLOB}}"
 
 	// defaultResetIn fills the reset placeholders when Behavior.ResetIn is 0;
-	// 60 s matches the proxy's own default rate-limit cooldown (§4).
+	// 60 s matches the proxy's own default rate-limit cooldown (docs/selection.md).
 	defaultResetIn = 60 * time.Second
 
 	// closeWait bounds how long Close waits for in-flight handlers to return.

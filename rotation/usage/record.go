@@ -65,13 +65,13 @@ type Record struct {
 	Affinity string `json:"affinity,omitempty"`
 	// Context is ContextCut when the request went to an account that
 	// could not be given the conversation's summarized earlier context (a
-	// compaction another account made, SPEC §13); empty otherwise.
+	// compaction another account made, docs/codex.md); empty otherwise.
 	Context string `json:"context,omitempty"`
 	// Credits: the account served the request on credits, past a full
-	// window's included quota (SPEC §17).
+	// window's included quota (docs/selection.md).
 	Credits bool `json:"credits,omitempty"`
 	// Limit is the limit family that metered the request when it is not
-	// the account's main one (SPEC §17).
+	// the account's main one (docs/selection.md).
 	Limit string `json:"limit,omitempty"`
 	// Tier is the service_tier the request asked for ("priority" is
 	// Codex's Fast, "flex"); empty when it asked for none.

@@ -8,7 +8,7 @@ type Window struct {
 	Span time.Duration
 }
 
-// ReportWindows are the windows `rotor report` summarizes (SPEC §3).
+// ReportWindows are the windows `rotor report` summarizes (docs/commands.md).
 var ReportWindows = []Window{
 	{Name: "1h", Span: time.Hour},
 	{Name: "24h", Span: 24 * time.Hour},
@@ -30,7 +30,7 @@ type Counts struct {
 	AffinityMoved int64
 	// CreditsRequests and CreditsTokens are the requests served on
 	// credits, past a full window's included quota, and their tokens
-	// (SPEC §17).
+	// (docs/selection.md).
 	CreditsRequests int64
 	CreditsTokens   Tokens
 	// FastRequests counts the requests that asked for the priority
@@ -90,7 +90,7 @@ type Summary struct {
 	ByAccount map[string]*Counts
 	ByModel   map[string]*Counts
 	// Tokens are the tokens of the window's records per account and
-	// model: what a price table prices (SPEC §16), since a price is a
+	// model: what a price table prices (docs/cost.md), since a price is a
 	// model's and what it means depends on the account's kind.
 	Tokens map[AccountModel]*Tokens
 }

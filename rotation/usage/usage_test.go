@@ -72,7 +72,7 @@ func TestUsageSummaryWindows(t *testing.T) {
 	if week.ByAccount["a2"].Tokens.Input != 100 || week.Total.Tokens.Cached != 80 || week.Total.Tokens.Reasoning != 10 {
 		t.Errorf("7d tokens: %+v / %+v", week.ByAccount["a2"].Tokens, week.Total.Tokens)
 	}
-	// Tokens per account and model, what prices apply to (SPEC §16): only
+	// Tokens per account and model, what prices apply to (docs/cost.md): only
 	// records with tokens.
 	if len(week.Tokens) != 2 || *week.Tokens[AccountModel{"a1", "gpt-5"}] != *tok || *week.Tokens[AccountModel{"a2", "gpt-5"}] != *tok {
 		t.Errorf("7d tokens by account and model: %v", week.Tokens)
@@ -484,7 +484,7 @@ func TestUsageAppendWritesBehind(t *testing.T) {
 }
 
 // Requests served on credits and those that asked for Fast or Flex are
-// counted per account (SPEC §17): what `rotor report` shows.
+// counted per account (docs/selection.md): what `rotor report` shows.
 func TestUsageSummaryCreditsAndTiers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

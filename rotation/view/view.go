@@ -48,7 +48,7 @@ type Account struct {
 	// account is rate-limited for (e.g. workspace_owner_credits_depleted),
 	// null for an ordinary one; WaitsForWorkspace says only the
 	// workspace's owner lifts it: the account waits for a usage read that
-	// says it can serve, not for Until (SPEC §17).
+	// says it can serve, not for Until (docs/selection.md).
 	LimitReason       *string `json:"limit_reason"`
 	WaitsForWorkspace bool    `json:"waits_for_workspace"`
 	// OnCredits: a main window is full and the account holds credits, so
@@ -73,10 +73,10 @@ type Quota struct {
 	Primary   *Window `json:"primary"`
 	Secondary *Window `json:"secondary"`
 	// ResetCredits are the banked rate-limit reset credits the backend
-	// last reported (SPEC §15); null until a usage read told them.
+	// last reported (docs/selection.md); null until a usage read told them.
 	ResetCredits *int `json:"reset_credits"`
 	// Credits are the account's credits, spent once a window is full
-	// (SPEC §17); null until the backend told them.
+	// (docs/selection.md); null until the backend told them.
 	Credits *Credits `json:"credits"`
 	// Workspace: the backend has no windows for the account (a Business,
 	// Enterprise or Edu workspace that budgets instead), not no quota.

@@ -24,7 +24,7 @@ import (
 )
 
 // ClientID is the OAuth client id the fake authorization server accepts:
-// the one Codex CLI registered and rotor signs in as (SPEC §5).
+// the one Codex CLI registered and rotor signs in as (docs/accounts.md).
 const ClientID = "app_EMoamEEZ73f0CkXaXp7hrann"
 
 // DefaultIdentity is the account the fake's browser is signed in to unless

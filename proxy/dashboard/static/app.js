@@ -222,7 +222,7 @@ function usd(v) {
 
 const WINDOWS = [["1h", "1 h"], ["24h", "24 h"], ["7d", "7 d"]];
 
-// renderMoney fills the cost card (SPEC §16): what the API keys cost, what
+// renderMoney fills the cost card (docs/cost.md): what the API keys cost, what
 // the ChatGPT accounts' usage was worth at API prices, what the prompt
 // cache saved, per window; tokens of a model without a price are counted
 // apart, never as free.
