@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/proxy/chat"
+	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
 // answerForm is how an upstream's answer becomes the client's.
@@ -36,13 +37,13 @@ const maxHeldBack = 256 << 10
 // is sent, or will not be.
 func holdBack(stream io.Reader) (pending []byte, failed streamFailure, err error) {
 	buf := holdBackBufs.Get().(*[holdBackBuf]byte)[:0]
-	var sc sseScanner
+	var sc sse.Scanner
 	done := false
-	sc.onEvent = func(e event) {
-		if done || bootstrapEvents[e.typ] {
+	sc.OnEvent = func(e sse.Event) {
+		if done || sse.Bootstrap[e.Type] {
 			return
 		}
-		failed, done = e.failure(), true // a failure, or the first output event
+		failed, done = failureOf(e), true // a failure, or the first output event
 	}
 	for !done {
 		if len(buf) == cap(buf) {
@@ -52,7 +53,7 @@ func holdBack(stream io.Reader) (pending []byte, failed streamFailure, err error
 			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
 		}
 		n, err := stream.Read(buf[len(buf):cap(buf)])
-		sc.feed(buf[len(buf) : len(buf)+n])
+		sc.Feed(buf[len(buf) : len(buf)+n])
 		buf = buf[:len(buf)+n]
 		if err != nil {
 			return buf, failed, err
@@ -101,17 +102,17 @@ func newAssembler(r *request, sh answerForm) assembler {
 // assemble reads a whole stream through asm. failed carries the message
 // of the event the stream failed with, if one said why.
 func assemble(stream io.Reader, asm assembler) (body []byte, failed streamFailure, err error) {
-	var sc sseScanner
-	sc.onEvent = func(e event) {
-		asm.Event(e.typ, e.data)
-		if f := e.failure(); f.code != "" {
+	var sc sse.Scanner
+	sc.OnEvent = func(e sse.Event) {
+		asm.Event(e.Type, e.Data)
+		if f := failureOf(e); f.code != "" {
 			failed = f
 		}
 	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := stream.Read(buf)
-		sc.feed(buf[:n])
+		sc.Feed(buf[:n])
 		if rerr == io.EOF {
 			break
 		}
@@ -142,7 +143,7 @@ func (a *responseAssembler) Event(typ string, data []byte) {
 	case "response.completed", "response.incomplete":
 		a.final = []byte(gjson.GetBytes(data, "response").Raw)
 	case "response.failed":
-		a.failure = event{data: data, typ: typ}.failure().code
+		a.failure = failureOf(sse.Event{Data: data, Type: typ}).code
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
 // A conversation of two accounts' blobs, as Codex sends it: a user
@@ -196,7 +198,7 @@ func TestClassifyTheBackendsLookalikes(t *testing.T) {
 		`{"type":"response.failed","response":{"error":{"code":null,"message":"The encrypted content gAAA= could not be verified."}}}`,
 		`{"type":"error","error":{"code":null,"message":"The encrypted content gAAA= could not be verified."}}`,
 	} {
-		if got := failedStreamVerdict(readEvent([]byte(ev)).failure().code); got != verdictForeignContent {
+		if got := failedStreamVerdict(failureOf(sse.Read([]byte(ev))).code); got != verdictForeignContent {
 			t.Errorf("%s: %s", ev, failover[got].name)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
+	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -58,9 +59,9 @@ func fixtureChunks(t *testing.T, fixture string, first string, includeUsage bool
 		return []byte(`{"error":{"code":"` + code + `"}}`)
 	})
 	var out []byte
-	var sc sseScanner
-	sc.onEvent = func(e event) { out = st.Event(out, e.typ, e.data) }
-	sc.feed(compatFixture(t, "sse/"+fixture))
+	var sc sse.Scanner
+	sc.OnEvent = func(e sse.Event) { out = st.Event(out, e.Type, e.Data) }
+	sc.Feed(compatFixture(t, "sse/"+fixture))
 	return chatData(t, bytes.NewReader(out))
 }
 

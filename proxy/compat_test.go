@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
@@ -462,7 +463,7 @@ func TestHoldBackReleasesAtFirstOutputEvent(t *testing.T) {
 			// keeps nothing of them for the rest of the stream: their
 			// buffer goes back to the pool.
 			rl := &relay{pending: pending, held: pending, body: eofReader{}, ttfb: 1}
-			rl.scan.onEvent = func(event) {}
+			rl.scan.OnEvent = func(sse.Event) {}
 			p, want := make([]byte, 64<<10), len(pending)
 			if n, _ := rl.Read(p); n != want || !bytes.Equal(p[:n], raw[:n]) || rl.pending != nil || rl.held != nil {
 				t.Errorf("first read sent %d bytes; %d still pending, %d held", n, len(rl.pending), len(rl.held))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -224,6 +225,32 @@ func htmlBody(h *fasthttp.ResponseHeader, body []byte) bool {
 	}
 	t := bytes.TrimSpace(body)
 	return len(t) > 0 && t[0] == '<'
+}
+
+// streamFailure is how a stream said it failed: its code, never empty
+// for a failure, and the upstream's message.
+type streamFailure struct{ code, message string }
+
+// failureOf is how an event that ends the stream in failure
+// (response.failed, error) says it failed; its code is "" for any other
+// event. A failure with no code still has one, so it is never mistaken
+// for success.
+func failureOf(e sse.Event) streamFailure {
+	code, msg, failed := e.Failure()
+	if !failed {
+		return streamFailure{}
+	}
+	f := streamFailure{code, msg}
+	switch {
+	case f.code != "":
+	case foreignContent("", f.message):
+		f.code = codeForeignContent // the refusal of another account's blob, with code null
+	case e.Type == "error":
+		f.code = "stream_error"
+	default:
+		f.code = "response_failed"
+	}
+	return f
 }
 
 // failedStreamVerdict classifies a stream that failed before any output

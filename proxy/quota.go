@@ -11,6 +11,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
+	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -146,6 +148,16 @@ func reachedType(h *fasthttp.ResponseHeader, body []byte) string {
 		}
 	}
 	return ""
+}
+
+// eventQuota is the account's quota a codex.rate_limits event reports,
+// nil for any other event. It reads clk only for that one: it runs on
+// every event of every stream.
+func eventQuota(e sse.Event, clk clock.Clock) *rotation.Quota {
+	if e.Type != "codex.rate_limits" {
+		return nil
+	}
+	return quotaFromEvent(clk.Now(), e.Data)
 }
 
 // quotaFromEvent reads a codex.rate_limits SSE event's data: its windows

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
 // A compaction another account made is carried over by making it again
@@ -201,12 +202,12 @@ func compactionItem(ans *answer) gjson.Result {
 		gjson.GetBytes(body, "output").ForEach(func(_, it gjson.Result) bool { find(it); return true })
 		return item
 	}
-	var sc sseScanner
-	sc.onEvent = func(e event) {
-		if e.typ == "response.output_item.done" {
-			find(gjson.Parse(viewField(e.data, "item").Raw)) // a copy: the scanner reuses e.data
+	var sc sse.Scanner
+	sc.OnEvent = func(e sse.Event) {
+		if e.Type == "response.output_item.done" {
+			find(gjson.Parse(e.Field("item").Raw)) // a copy: the scanner reuses e.Data
 		}
 	}
-	sc.feed(body)
+	sc.Feed(body)
 	return item
 }

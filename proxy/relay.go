@@ -12,6 +12,7 @@ import (
 
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
+	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -42,7 +43,7 @@ type relay struct {
 
 	ttfb    time.Duration
 	err     error // sticky: the upstream's io.EOF or failure
-	scan    sseScanner
+	scan    sse.Scanner
 	tokens  *usage.Tokens
 	failure string // code of a stream's failure event
 
@@ -96,7 +97,7 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 		rl.body = bytes.NewReader(resp.Body())
 	}
 	rl.isJSON = rl.assembled || bytes.HasPrefix(resp.Header.ContentType(), []byte("application/json"))
-	rl.scan.onEvent = rl.onEvent
+	rl.scan.OnEvent = rl.onEvent
 	rl.poolShown = shown
 	if ans.answerForm == formChatStream && !rl.assembled {
 		rl.chat = chat.NewStream(chatID(r.id), r.start.Unix(), r.model, r.chat.IncludeUsage,
@@ -201,37 +202,37 @@ func (rl *relay) observe(b []byte) {
 		}
 		return
 	}
-	rl.scan.feed(b)
+	rl.scan.Feed(b)
 }
 
 // onEvent reads one upstream event: a chat translation sees every one,
 // and rotor keeps its usage, failure and quota.
-func (rl *relay) onEvent(e event) {
+func (rl *relay) onEvent(e sse.Event) {
 	if rl.chat != nil {
-		rl.out = rl.chat.Event(rl.out, e.typ, e.data)
+		rl.out = rl.chat.Event(rl.out, e.Type, e.Data)
 	}
-	if t := e.tokens(); t != nil {
+	if t := e.Tokens(); t != nil {
 		rl.tokens = t
 	}
-	if f := e.failure(); f.code != "" {
+	if f := failureOf(e); f.code != "" {
 		rl.failure = f.code
 	}
-	if rl.poolShown && !bootstrapEvents[e.typ] {
+	if rl.poolShown && !sse.Bootstrap[e.Type] {
 		rl.poolShown = false
 	}
-	if q := e.quota(rl.s.deps.Clock); q != nil && !rl.poolShown {
+	if q := eventQuota(e, rl.s.deps.Clock); q != nil && !rl.poolShown {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
 	switch {
-	case e.typ == "response.output_item.done" && bytes.Contains(e.data, encryptedKey):
-		item := viewField(e.data, "item")
+	case e.Type == "response.output_item.done" && bytes.Contains(e.Data, encryptedKey):
+		item := e.Field("item")
 		rl.s.mints.learnItem(item, rl.choice.Account.ID)
 		if rl.compactSrc != nil {
 			rl.s.compactions.keepItem(item, *rl.compactSrc) // a compaction v2's
 		}
-	case e.typ == "codex.response.metadata" || e.typ == "response.metadata":
+	case e.Type == "codex.response.metadata" || e.Type == "response.metadata":
 		// A socket's turn state comes in an event, not a header.
-		rl.s.learnTurnState([]byte(viewField(e.data, "headers.x-codex-turn-state").Str), rl.choice.Account.ID)
+		rl.s.learnTurnState([]byte(e.Field("headers.x-codex-turn-state").Str), rl.choice.Account.ID)
 	}
 }
 
@@ -273,7 +274,7 @@ func (rl *relay) CloseWithError(wErr error) error {
 	case complete:
 		rt.Record(acct, rotation.Served, rl.status, rotation.Limit{})
 		if rl.isJSON {
-			rl.tokens = usageOf(gjson.GetBytes(rl.json, "usage"))
+			rl.tokens = sse.UsageOf(gjson.GetBytes(rl.json, "usage"))
 			s.mints.learnOutput(rl.json, acct)
 			if rl.compactSrc != nil {
 				gjson.GetBytes(rl.json, "output").ForEach(func(_, item gjson.Result) bool {

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
@@ -336,29 +334,6 @@ func TestQuotaFromRateLimitsEvent(t *testing.T) {
 		t.Fatalf("secondary %+v", q.Secondary)
 	}
 	near(t, "secondary resets_at", q.Secondary.ResetsAt, start.Add(518400*time.Second), 2*time.Second)
-}
-
-// A usage object is read in either API's names, nested counts included;
-// the Responses name wins wherever it comes.
-func TestUsageOfReadsEitherAPIsNames(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		json string
-		want *usage.Tokens
-	}{
-		{`{"input_tokens":1280,"input_tokens_details":{"cached_tokens":1024},"output_tokens":9,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":1289}`,
-			&usage.Tokens{Input: 1280, Cached: 1024, Output: 9, Reasoning: 3, Total: 1289}},
-		{`{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}`,
-			&usage.Tokens{Input: 10, Cached: 4, Output: 5, Reasoning: 2, Total: 15}},
-		{`{"prompt_tokens":1,"input_tokens":2,"output_tokens":3,"completion_tokens":4}`, &usage.Tokens{Input: 2, Output: 3}},
-		{`{}`, &usage.Tokens{}},
-		{`null`, nil},
-	} {
-		got := usageOf(gjson.Parse(tc.json))
-		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
-			t.Errorf("usageOf(%s) = %+v, want %+v", tc.json, got, tc.want)
-		}
-	}
 }
 
 // Requests, relays and held-back bytes are recycled: a stream still

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
 // transportWebSocket names requests that came in as response.create
@@ -57,8 +58,8 @@ func (w *wsResponder) refuse(resp rerr.Response, headers func(HeaderSetter)) {
 // bytes; each data payload leaves as one frame the moment it is read.
 func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body *relay, length int) {
 	w.relaying = body
-	var sc sseScanner
-	sc.onEvent = w.event
+	var sc sse.Scanner
+	sc.OnEvent = w.event
 	buf := make([]byte, 16<<10)
 	var whole []byte // a JSON answer, framed whole at its end
 	tooBig := false
@@ -66,7 +67,7 @@ func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body
 		n, err := body.Read(buf)
 		switch {
 		case !body.isJSON:
-			sc.feed(buf[:n])
+			sc.Feed(buf[:n])
 		case len(whole)+n <= maxJSONUsage:
 			whole = append(whole, buf[:n]...)
 		default:
@@ -90,11 +91,11 @@ func (w *wsResponder) commit(status int, upstream *fasthttp.ResponseHeader, body
 
 // event writes one upstream event as a frame and keeps what the history
 // needs.
-func (w *wsResponder) event(e event) {
-	w.write(e.data)
+func (w *wsResponder) event(e sse.Event) {
+	w.write(e.Data)
 	switch {
-	case e.typ == "response.output_item.done" && !w.overflow:
-		item := viewField(e.data, "item").Raw
+	case e.Type == "response.output_item.done" && !w.overflow:
+		item := e.Field("item").Raw
 		if len(w.output)+len(item) > maxHistory {
 			w.overflow = true
 			return
@@ -103,8 +104,8 @@ func (w *wsResponder) event(e event) {
 			w.output = append(w.output, ',')
 		}
 		w.output = append(w.output, item...)
-	case e.final():
-		w.responseID = strings.Clone(viewField(e.data, "response.id").Str)
+	case e.Final():
+		w.responseID = strings.Clone(e.Field("response.id").Str)
 	}
 }
 

@@ -1,4 +1,11 @@
-package proxy
+// Package sse reads an upstream's server-sent events: a byte stream split
+// into its data lines however its reads cut it (Scanner), each event's
+// type read once (Read), and what an event says that rotor acts on:
+// whether it comes before any output (Bootstrap), whether it is final,
+// its failure as the upstream sent it and its usage. What it reads is a
+// view into the event's bytes, never a copy. It knows nothing of
+// accounts or of the server; package proxy decides what a failure means.
+package sse
 
 import (
 	"bytes"
@@ -6,107 +13,85 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/rotorproxy/rotor/accounts/clock"
-	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// An event is one data payload of an upstream's SSE stream, with its type
+// An Event is one data payload of an upstream's SSE stream, with its type
 // read once. Every reader of upstream events (the hold-back, the
 // assemblers, the relay and the Chat Completions translation) takes it
 // from here, and asks it what rotor acts on: whether it comes before any
-// output (bootstrapEvents), the failure code, the usage and the quota.
-type event struct {
-	data []byte
-	typ  string // a view into data
+// output (Bootstrap), the failure, the usage and the quota.
+type Event struct {
+	Data []byte
+	Type string // a view into Data
 }
 
-// readEvent reads the type of one event's data. The event, and what is
+// Read reads the type of one event's data. The event, and what is
 // read from it, points into data and must not outlive it.
-func readEvent(data []byte) event {
-	return event{data: data, typ: viewField(data, "type").Str}
+func Read(data []byte) Event {
+	return Event{Data: data, Type: viewField(data, "type").Str}
 }
 
-// bootstrapEvents come before any output; holding them back keeps the
+// Bootstrap events come before any output; holding them back keeps the
 // first byte from reaching the client until the stream shows it will
 // produce output, so a stream that fails at once can still fail over.
-var bootstrapEvents = map[string]bool{
+var Bootstrap = map[string]bool{
 	"response.created": true, "response.in_progress": true, "codex.rate_limits": true,
 	// What Codex reads besides events (docs/codex.md): the answer's headers
 	// (turn state, model) and timings, sent ahead of response.created.
 	"codex.response.metadata": true, "response.metadata": true, "responsesapi.websocket_timing": true,
 }
 
-// streamFailure is how a stream said it failed: its code, never empty
-// for a failure, and the upstream's message.
-type streamFailure struct{ code, message string }
-
-// failure is how an event that ends the stream in failure (response.failed,
-// error) says it failed; its code is "" for any other event. A failure
-// with no code still has one, so it is never mistaken for success.
-func (e event) failure() streamFailure {
+// Failure is how an event that ends the stream in failure (response.failed,
+// error) says it failed, as the upstream sent it: its code and message,
+// either possibly empty, and true; false for any other event. What a
+// failure without a code means is package proxy's to say.
+func (e Event) Failure() (string, string, bool) {
 	var code, msg gjson.Result
-	switch e.typ {
+	switch e.Type {
 	case "response.failed":
-		code, msg = viewField(e.data, "response.error.code"), viewField(e.data, "response.error.message")
+		code, msg = viewField(e.Data, "response.error.code"), viewField(e.Data, "response.error.message")
 	case "error":
-		code, msg = viewField(e.data, "error.code"), viewField(e.data, "error.message")
+		code, msg = viewField(e.Data, "error.code"), viewField(e.Data, "error.message")
 		if code.Str == "" && msg.Str == "" {
-			code, msg = viewField(e.data, "code"), viewField(e.data, "message")
+			code, msg = viewField(e.Data, "code"), viewField(e.Data, "message")
 		}
 	default:
-		return streamFailure{}
+		return "", "", false
 	}
-	f := streamFailure{code.Str, msg.Str}
-	switch {
-	case f.code != "":
-	case foreignContent("", f.message):
-		f.code = codeForeignContent // the refusal of another account's blob, with code null
-	case e.typ == "error":
-		f.code = "stream_error"
-	default:
-		f.code = "response_failed"
-	}
-	return f
+	return code.Str, msg.Str, true
 }
 
-// final reports whether e is a stream's final event with the response.
-func (e event) final() bool {
-	switch e.typ {
+// Final reports whether e is a stream's final event with the response.
+func (e Event) Final() bool {
+	switch e.Type {
 	case "response.completed", "response.done", "response.incomplete":
 		return true
 	}
 	return false
 }
 
-// tokens is the usage e reports: the response's, in a final or failed
+// Tokens is the usage e reports: the response's, in a final or failed
 // event, or a Chat Completions chunk's (which has no type; usage rides on
 // one of them with stream_options.include_usage). Nil when it has none.
-func (e event) tokens() *usage.Tokens {
+func (e Event) Tokens() *usage.Tokens {
 	switch {
-	case e.final(), e.typ == "response.failed":
-		return usageOf(viewField(e.data, "response.usage"))
-	case e.typ == "":
-		return usageOf(viewField(e.data, "usage"))
+	case e.Final(), e.Type == "response.failed":
+		return UsageOf(viewField(e.Data, "response.usage"))
+	case e.Type == "":
+		return UsageOf(viewField(e.Data, "usage"))
 	}
 	return nil
 }
 
-// quota is the account's quota a codex.rate_limits event reports, nil
-// for any other event. It reads clk only for that one: quota runs on
-// every event of every stream.
-func (e event) quota(clk clock.Clock) *rotation.Quota {
-	if e.typ != "codex.rate_limits" {
-		return nil
-	}
-	return quotaFromEvent(clk.Now(), e.data)
-}
+// Field reads path in the event's data without copying what it finds;
+// the result points into e.Data and must not outlive it.
+func (e Event) Field(path string) gjson.Result { return viewField(e.Data, path) }
 
-// viewField reads path in JSON data (an event's, a request body) as
+// viewField reads path in JSON data (an event's) as
 // gjson.GetBytes does, without copying what it finds: it runs on every
-// event of every stream, and on bodies of megabytes, where GetBytes would
-// copy a whole history. The result points into data, so nothing of it may
-// outlive data.
+// event of every stream, where GetBytes would copy every payload. The
+// result points into data, so nothing of it may outlive data.
 func viewField(data []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
 }
@@ -122,9 +107,9 @@ var usageNames = [...]struct{ responses, chat, inner string }{
 	{"total_tokens", "total_tokens", ""},
 }
 
-// usageOf reads a usage object in either API's names, in one pass; the
+// UsageOf reads a usage object in either API's names, in one pass; the
 // Responses name wins over the Chat Completions one.
-func usageOf(u gjson.Result) *usage.Tokens {
+func UsageOf(u gjson.Result) *usage.Tokens {
 	if !u.IsObject() {
 		return nil
 	}
@@ -146,20 +131,23 @@ func usageOf(u gjson.Result) *usage.Tokens {
 	return &t
 }
 
-// sseScanner splits a byte stream into SSE lines and hands each data
-// payload, read as an event, to onEvent. A line split across reads is
+// A Scanner splits a byte stream into SSE lines and hands each data
+// payload, read as an Event, to OnEvent. A line split across reads is
 // carried over; one longer than maxSSELine is skipped, so memory stays
 // bounded by the longest event rotor reads, not by the length of the
-// stream.
-type sseScanner struct {
+// stream. The Event OnEvent gets points into the Scanner's buffer or the
+// bytes fed, so it must not outlive the call.
+type Scanner struct {
 	line    []byte
 	skip    bool
-	onEvent func(e event)
+	OnEvent func(e Event)
 }
 
 const maxSSELine = 16 << 20
 
-func (sc *sseScanner) feed(b []byte) {
+// Feed hands on every data line that b completes, and keeps what is left
+// of b for the next read.
+func (sc *Scanner) Feed(b []byte) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -188,11 +176,11 @@ func (sc *sseScanner) feed(b []byte) {
 	}
 }
 
-func (sc *sseScanner) handle(line []byte) {
+func (sc *Scanner) handle(line []byte) {
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {
 		return
 	}
-	sc.onEvent(readEvent(bytes.TrimPrefix(data, []byte{' '})))
+	sc.OnEvent(Read(bytes.TrimPrefix(data, []byte{' '})))
 }
