@@ -134,7 +134,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("bob's state on the page: %q", s)
 	}
 	dana := text(`article[data-index="3"]`)
-	for _, want := range []string{"dana", "chatgpt", "Primary: 62% used, resets in 2h1", "Secondary: 35% used, resets in 4d", "Cache hit", " 24h · "} {
+	for _, want := range []string{"dana", "chatgpt", "Primary: 62% used, resets in 2h1", "Secondary: 35% used, resets in 4d", "Cache hit", " 24h · ",
+		"12.50", "gpt-5.2-codex-sonic"} {
 		if !strings.Contains(dana, want) {
 			t.Errorf("dana's card lacks %q: %q", want, dana)
 		}

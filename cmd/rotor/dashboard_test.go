@@ -65,6 +65,10 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 	up.Set(login.AccessToken, upstreamtest.Behavior{Headers: map[string]string{
 		"x-codex-primary-used-percent": "62", "x-codex-primary-window-minutes": "300", "x-codex-primary-reset-after-seconds": "7980",
 		"x-codex-secondary-used-percent": "35", "x-codex-secondary-window-minutes": "10080", "x-codex-secondary-reset-after-seconds": "345600",
+		// What the backend meters beyond the main windows (docs/selection.md).
+		"x-codex-credits-has-credits": "true", "x-codex-credits-unlimited": "false", "x-codex-credits-balance": "12.50",
+		"x-codex-bengalfox-primary-used-percent": "40", "x-codex-bengalfox-primary-window-minutes": "300",
+		"x-codex-bengalfox-primary-reset-after-seconds": "3600", "x-codex-bengalfox-limit-name": "gpt-5.2-codex-sonic",
 	}})
 
 	rt := rotation.NewRuntime(h.dir, clock.System{})
@@ -72,6 +76,9 @@ func newDashboardPool(t *testing.T) *dashboardPool {
 		Primary:    &rotation.Window{UsedPercent: 62, WindowMinutes: 300, ResetsAt: time.Now().Add(2*time.Hour + 13*time.Minute)},
 		Secondary:  &rotation.Window{UsedPercent: 35, WindowMinutes: 10080, ResetsAt: time.Now().Add(4 * 24 * time.Hour)},
 		ObservedAt: time.Now(),
+		Credits:    &rotation.Credits{HasCredits: true, Balance: "12.50"},
+		Families: []rotation.Family{{ID: "codex_bengalfox", LimitName: "gpt-5.2-codex-sonic",
+			Primary: &rotation.Window{UsedPercent: 40, WindowMinutes: 300, ResetsAt: time.Now().Add(time.Hour)}}},
 	})
 	if err := rt.Sync(nil); err != nil {
 		t.Fatal(err)

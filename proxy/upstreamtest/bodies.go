@@ -1,8 +1,10 @@
 package upstreamtest
 
 import (
+	"cmp"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -60,35 +62,63 @@ func invalidURLBody(method, path string) []byte {
 	return []byte(`{"error":{"message":` + string(msg) + `,"type":"invalid_request_error","param":null,"code":null}}`)
 }
 
-// usageBody is GET /backend-api/wham/usage for an account behaving as b:
-// the backend's RateLimitStatusPayload, its windows those b's x-codex-*
-// Headers report (unused when they report none), its reset credits b's.
+// usageBody is GET /backend-api/wham/usage for an account behaving as b
+// without a Meter: the backend's RateLimitStatusPayload, its windows,
+// other limit families (additional_rate_limits) and credits those b's
+// x-codex-* Headers report (windows unused and no credits when they
+// report none), its reset credits b's.
 func usageBody(b Behavior, fill filler) []byte {
 	h := func(k string) string { return fill.string(b.Headers[k]) }
 	window := func(prefix string, minutes int) map[string]any {
-		used, _ := strconv.ParseFloat(h("x-codex-"+prefix+"-used-percent"), 64)
-		if m, err := strconv.Atoi(h("x-codex-" + prefix + "-window-minutes")); err == nil && m > 0 {
+		used, _ := strconv.ParseFloat(h(prefix+"-used-percent"), 64)
+		if m, err := strconv.Atoi(h(prefix + "-window-minutes")); err == nil && m > 0 {
 			minutes = m
 		}
-		after, err := strconv.Atoi(h("x-codex-" + prefix + "-reset-after-seconds"))
+		after, err := strconv.Atoi(h(prefix + "-reset-after-seconds"))
 		if err != nil {
 			after = minutes * 60
 		}
 		return map[string]any{"used_percent": int(used), "limit_window_seconds": minutes * 60,
 			"reset_after_seconds": after, "reset_at": time.Now().Add(time.Duration(after) * time.Second).Unix()}
 	}
-	primary, secondary := window("primary", 300), window("secondary", 10080)
-	spent := primary["used_percent"].(int) >= 100 || secondary["used_percent"].(int) >= 100
+	limits := func(prefix string) (map[string]any, bool) {
+		primary, secondary := window(prefix+"-primary", 300), window(prefix+"-secondary", 10080)
+		spent := primary["used_percent"].(int) >= 100 || secondary["used_percent"].(int) >= 100
+		return map[string]any{"allowed": !spent, "limit_reached": spent,
+			"primary_window": primary, "secondary_window": secondary}, spent
+	}
+	main, _ := limits("x-codex")
+	var additional []map[string]any
+	for k := range b.Headers {
+		prefix, ok := strings.CutSuffix(strings.ToLower(k), "-primary-used-percent")
+		if !ok || prefix == "x-codex" || !strings.HasPrefix(prefix, "x-") {
+			continue
+		}
+		id := strings.ReplaceAll(strings.TrimPrefix(prefix, "x-"), "-", "_")
+		rl, _ := limits(prefix)
+		additional = append(additional, map[string]any{"limit_name": cmp.Or(h(prefix+"-limit-name"), id),
+			"metered_feature": id, "rate_limit": rl})
+	}
+	credits := map[string]any{"has_credits": false, "unlimited": false, "balance": nil}
+	if v := h("x-codex-credits-has-credits"); v != "" {
+		credits["has_credits"], credits["unlimited"] = v == "true" || v == "1", h("x-codex-credits-unlimited") == "true"
+		if bal := h("x-codex-credits-balance"); bal != "" {
+			credits["balance"] = bal
+		}
+	}
 	plan := h("x-codex-plan-type")
 	if plan == "" {
 		plan = "plus"
 	}
-	body, _ := json.Marshal(map[string]any{
-		"plan_type": plan,
-		"rate_limit": map[string]any{"allowed": !spent, "limit_reached": spent,
-			"primary_window": primary, "secondary_window": secondary},
+	payload := map[string]any{
+		"plan_type":                plan,
+		"rate_limit":               main,
 		"rate_limit_reset_credits": map[string]any{"available_count": b.ResetCredits},
-		"credits":                  map[string]any{"has_credits": false, "unlimited": false, "balance": nil},
-	})
+		"credits":                  credits,
+	}
+	if additional != nil {
+		payload["additional_rate_limits"] = additional
+	}
+	body, _ := json.Marshal(payload)
 	return body
 }
