@@ -10,7 +10,8 @@ import (
 // ratioSlack is added to minutes blocked and to the bound before they are
 // divided (docs/PERFORMANCE.md's ratio to the bound): (blocked + 60) / (bound + 60).
 // The rule was chosen before any result was read. The bound is zero in
-// many weeks (it sees only what the weekly windows cannot hold), where a
+// many weeks (it saw only what the weekly windows cannot hold; since it
+// sees five-hour windows too, in fewer), where a
 // plain ratio is undefined, and where it is a few minutes a plain ratio
 // would call ten minutes blocked "5×". An hour is the scale below which a
 // difference is one interruption, not a policy's: with it the ratio is 1

@@ -87,15 +87,23 @@
 // (what each running window had left, one whole window more, one
 // crossing request each); between two stretches of blocked time some
 // account fills a whole five-hour window, except a few times per weekly
-// window; and a stretch costs at least the working time from its first
-// refused request to its last. The least working time of stretches so
-// placed that carry the excess, relaxed by a Lagrange multiplier and
-// found by a dynamic program over the requests, is the bound. It sees
-// only the weekly windows' excess: a week blocked only by five-hour
-// windows has a bound of zero. TestOfflineBoundNeverExceedsTheOptimum
-// checks it against an exhaustive search on small days, and
-// TestOfflineBoundOfAWeekWorkedOutByHand against a figure worked out by
-// hand.
+// window; a stretch with a refused request at t lasts until a full window
+// resets, and a five-hour window running at t started at a request after
+// t − 5h, so no earlier than five hours after the first request since
+// t − 5h (a weekly window started in the replay resets after it); and
+// within a cluster of requests (none five hours from the one before) an
+// account's five-hour windows start at its requests, five hours apart or
+// more, so what a cluster asks beyond their capacity is refused in it. The least
+// working time of stretches so placed that carry the excess, relaxed by a
+// Lagrange multiplier and found by a dynamic program over the requests,
+// is the bound (the weekly excess over the week and its prefixes, or the
+// five-hour excess summed over the clusters, whichever is larger).
+// TestOfflineBoundNeverExceedsTheOptimum and
+// TestOfflineBoundUnderFiveHourPressureNeverExceedsTheOptimum check it
+// against an exhaustive search on small days, and
+// TestOfflineBoundOfAWeekWorkedOutByHand and
+// TestOfflineBoundOfAFiveHourDayWorkedOutByHand against figures worked
+// out by hand.
 //
 // # Workloads
 //
