@@ -21,6 +21,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/coding"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -368,7 +369,7 @@ func BenchmarkDecodeBody(b *testing.B) {
 	for _, cd := range codings {
 		b.Run(cd.name, func(b *testing.B) {
 			raw := compress(b, cd.name, plain)
-			c, _ := parseCoding([]byte(cd.header))
+			c, _ := coding.Parse([]byte(cd.header))
 			b.SetBytes(int64(len(plain)))
 			b.ReportAllocs()
 			for b.Loop() {
