@@ -22,6 +22,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/coding"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -413,10 +414,10 @@ func BenchmarkHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		out.Reset()
-		copyRequestHeaders(&out, &in)
+		headerrules.CopyRequest(&out, &in)
 		back.Reset()
-		relayHeaders(&back, &up)
-		redactHeaders(&back, &sec)
+		headerrules.RelayResponse(&back, &up)
+		headerrules.RedactHeaders(&back, &sec)
 	}
 }
 
@@ -429,13 +430,13 @@ func BenchmarkRedactingReader(b *testing.B) {
 	}
 	sec := secrets.Secret{AccessToken: "access-token-0123456789abcdef", RefreshToken: "refresh-0123456789"}
 	src := bytes.NewReader(events.Bytes())
-	rr := &redactingReader{sec: sec}
+	rr := new(headerrules.RedactingReader)
 	buf := make([]byte, 32<<10)
 	b.SetBytes(int64(events.Len()))
 	b.ReportAllocs()
 	for b.Loop() {
 		src.Reset(events.Bytes())
-		rr.src, rr.err, rr.off, rr.ready = src, nil, 0, 0
+		rr.Reset(src, sec)
 		if n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{rr}, buf); err != nil || n != int64(events.Len()) {
 			b.Fatalf("%d bytes, %v", n, err)
 		}

@@ -423,7 +423,7 @@ func (r *request) free() {
 // wire is what goes upstream for body, the adapter's body for r. Only a
 // body the adapter edited is encoded again, once per request; an
 // unchanged one goes as the client sent it. Either way it is in the
-// client's coding, so the Content-Encoding header copyRequestHeaders
+// client's coding, so the Content-Encoding header headerrules.CopyRequest
 // passes on stays true.
 func (r *request) wire(body []byte) []byte {
 	switch {
