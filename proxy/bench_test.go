@@ -20,6 +20,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/coding"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -356,5 +359,86 @@ func BenchmarkLargeBodyShapes(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDecodeBody is a compressed 2 MiB body read as request.decode
+// reads it: decoded within the cap into a pooled buffer, in each coding
+// a client sends. Past the first loop it allocates nothing per byte.
+func BenchmarkDecodeBody(b *testing.B) {
+	plain := upstreamtest.PastedFileResponses(shapeSize, false)
+	for _, cd := range codings {
+		b.Run(cd.name, func(b *testing.B) {
+			raw := compress(b, cd.name, plain)
+			c, _ := coding.Parse([]byte(cd.header))
+			b.SetBytes(int64(len(plain)))
+			b.ReportAllocs()
+			for b.Loop() {
+				body, release, err := decodeBody(c, raw, 4*shapeSize)
+				if err != nil || len(body) != len(plain) {
+					b.Fatalf("%d bytes, %v", len(body), err)
+				}
+				release()
+			}
+		})
+	}
+}
+
+// BenchmarkHeaders is what every request and answer pays for the header
+// rules: a Codex request's headers copied upstream, an answer's relayed
+// back, and the answer's headers searched for the account's secrets.
+func BenchmarkHeaders(b *testing.B) {
+	var in, out fasthttp.RequestHeader
+	in.SetMethod("POST")
+	in.SetRequestURI("/v1/responses")
+	for _, kv := range [][2]string{
+		{"Host", "127.0.0.1:2455"}, {"Authorization", "Bearer " + testKey}, {"Content-Type", "application/json"},
+		{"Accept", "text/event-stream"}, {"Accept-Encoding", "gzip, zstd"}, {"Connection", "keep-alive"},
+		{"Originator", "codex_cli_rs"}, {"User-Agent", "codex_cli_rs/0.50.0 (Linux; x86_64)"},
+		{"Version", "0.50.0"}, {"Session_id", "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"},
+		{"Conversation_id", "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}, {"OpenAI-Beta", "responses=experimental"},
+	} {
+		in.Set(kv[0], kv[1])
+	}
+	var up, back fasthttp.ResponseHeader
+	for _, kv := range [][2]string{
+		{"Content-Type", "text/event-stream"}, {"Date", "Sat, 28 Nov 2026 11:30:16 GMT"}, {"Connection", "keep-alive"},
+		{"X-Request-Id", "req_0123456789abcdef"}, {"Openai-Processing-Ms", "212"}, {"Openai-Version", "2020-10-01"},
+		{"X-Codex-Primary-Used-Percent", "12"}, {"X-Codex-Secondary-Used-Percent", "3"},
+		{"X-Codex-Primary-Window-Minutes", "300"}, {"X-Codex-Primary-Reset-After-Seconds", "8123"},
+		{"Strict-Transport-Security", "max-age=31536000"}, {"Cf-Ray", "8f0e1d2c3b4a5968-AMS"},
+	} {
+		up.Set(kv[0], kv[1])
+	}
+	sec := secrets.Secret{AccessToken: "access-token-0123456789abcdef", RefreshToken: "refresh-0123456789", IDToken: "id-0123456789"}
+	b.ReportAllocs()
+	for b.Loop() {
+		out.Reset()
+		headerrules.CopyRequest(&out, &in)
+		back.Reset()
+		headerrules.RelayResponse(&back, &up)
+		headerrules.RedactHeaders(&back, &sec)
+	}
+}
+
+// BenchmarkRedactingReader is a passed-through answer of 2 MiB of events
+// read through the redaction, as passBody reads it.
+func BenchmarkRedactingReader(b *testing.B) {
+	var events bytes.Buffer
+	for events.Len() < shapeSize {
+		events.WriteString(`data: {"type":"response.output_text.delta","delta":"some words of the answer"}` + "\n\n")
+	}
+	sec := secrets.Secret{AccessToken: "access-token-0123456789abcdef", RefreshToken: "refresh-0123456789"}
+	src := bytes.NewReader(events.Bytes())
+	rr := new(headerrules.RedactingReader)
+	buf := make([]byte, 32<<10)
+	b.SetBytes(int64(events.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		src.Reset(events.Bytes())
+		rr.Reset(src, sec)
+		if n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{rr}, buf); err != nil || n != int64(events.Len()) {
+			b.Fatalf("%d bytes, %v", n, err)
+		}
 	}
 }

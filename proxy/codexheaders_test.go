@@ -94,7 +94,7 @@ func TestAllLimitedCarriesTheSoonestAccountsQuota(t *testing.T) {
 	e.expectCounts(map[string]int{"late": 1, "soon": 1})
 }
 
-// Headers a Connection header names are hop-by-hop (RFC 9110 docs/clients.md.6.1):
+// Headers a Connection header names are hop-by-hop (RFC 9110 section 7.6.1):
 // dropped in both directions, as httputil.ReverseProxy does.
 func TestConnectionNamedHeadersStopAtTheProxy(t *testing.T) {
 	t.Parallel()

@@ -512,7 +512,7 @@ func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 }
 
 // Every fixed hop-by-hop header is the client's connection's, never the
-// upstream's (RFC 9110 docs/clients.md.6.1), whatever the Connection header says.
+// upstream's (RFC 9110 section 7.6.1), whatever the Connection header says.
 func TestHopByHopHeadersNeverReachTheUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})

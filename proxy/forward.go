@@ -13,6 +13,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -305,7 +306,7 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(ad.url(base, r))
 	req.Header.SetMethodBytes(r.header.Method())
-	copyRequestHeaders(&req.Header, r.header)
+	headerrules.CopyRequest(&req.Header, r.header)
 	s.ownIdentityHeaders(r, a.ID, req.Header.Peek, req.Header.Set)
 	if s.foreignTurnState(req.Header.Peek(turnStateHeader), a.ID) {
 		req.Header.Del(turnStateHeader)
@@ -331,11 +332,11 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 		s.runtime().SetQuota(a.ID, *q)
 	}
 	if status >= 200 && status < 300 {
-		redactHeaders(&resp.Header, sec)
+		headerrules.RedactHeaders(&resp.Header, sec)
 		return s.readStart(r, resp, sh)
 	}
 	f := &failure{status: status, endpoint: endpoint, upstreamID: string(resp.Header.Peek("x-request-id")),
-		body: redact(readErrorBody(resp), sec)}
+		body: headerrules.Redact(readErrorBody(resp), sec)}
 	f.verdict = classify(status, &resp.Header, f.body)
 	if f.verdict == verdictUsageLimit {
 		f.limit = limitOf(now, &resp.Header, f.body)

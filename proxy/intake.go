@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/coding"
 )
 
 // op is what a client asked for; each adapter maps it to an upstream URL.
@@ -375,4 +376,63 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "malformed HTTP request"}, nil)
+}
+
+// decodeBody decodes raw, compressed in c, into a buffer from bodyPool,
+// never holding more than limit+1 decoded bytes: a body that decodes to
+// more is errBodyTooLarge, however small raw is. release returns the
+// buffer; the body must not be used after it.
+func decodeBody(c coding.Coding, raw []byte, limit int) (body []byte, release func(), err error) {
+	if c == coding.None {
+		return raw, func() {}, nil
+	}
+	dec, err := coding.NewReader(c, raw)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	defer dec.Close()
+	return readBounded(dec, 0, limit)
+}
+
+// decode reads r's body in the coding its Content-Encoding names, so that
+// everything after sees the JSON; r.raw keeps the bytes as they came. A
+// refusal is 413 for a body that decodes to more than maxBody, as for one
+// sent that large, else 400.
+func (r *request) decode(c coding.Coding, maxBody int) *rerr.Spec {
+	body, release, err := decodeBody(c, r.body, maxBody)
+	r.freeBody = release
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return bodyTooLarge(maxBody)
+	case err != nil:
+		return &rerr.Spec{Code: rerr.ProxyBadRequest,
+			Message: "request body cannot be decoded (Content-Encoding: " + c.String() + "): " + err.Error()}
+	}
+	r.raw, r.body, r.coding = r.body, body, c
+	return nil
+}
+
+// free returns the buffer of r's decoded body, once r no longer needs
+// it: after Server.serve, as readBody's buffer after handle.
+func (r *request) free() {
+	if r.freeBody != nil {
+		r.freeBody()
+	}
+}
+
+// wire is what goes upstream for body, the adapter's body for r. Only a
+// body the adapter edited is encoded again, once per request; an
+// unchanged one goes as the client sent it. Either way it is in the
+// client's coding, so the Content-Encoding header headerrules.CopyRequest
+// passes on stays true.
+func (r *request) wire(body []byte) []byte {
+	switch {
+	case r.coding == coding.None:
+		return body
+	case bytes.Equal(body, r.body): // the same slice compares in O(1)
+		return r.raw
+	case r.recoded.body == nil || !bytes.Equal(body, r.recoded.from):
+		r.recoded.from, r.recoded.body = body, coding.Encode(r.coding, body)
+	}
+	return r.recoded.body
 }

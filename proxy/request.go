@@ -15,6 +15,7 @@ import (
 
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
+	"github.com/rotorproxy/rotor/proxy/coding"
 )
 
 // request is one client request on its way through the forward loop:
@@ -34,7 +35,7 @@ type request struct {
 	// rotor reads (docs/codex.md); body is then the decoded JSON, in a buffer
 	// freeBody returns.
 	raw      []byte
-	coding   coding
+	coding   coding.Coding
 	freeBody func()
 
 	// What rotor reads in the body: its members (unless it is encoded in
@@ -168,9 +169,9 @@ func (r *request) release() {
 func (r *request) read(maxBody int) *rerr.Spec {
 	// A body in a coding rotor cannot read is forwarded as it came, with
 	// its header: rotor reads nothing in it and rewrites nothing.
-	c, opaque := parseCoding(r.header.ContentEncoding())
+	c, opaque := coding.Parse(r.header.ContentEncoding())
 	r.encoded = opaque
-	if c != codingNone && r.op != opModels {
+	if c != coding.None && r.op != opModels {
 		if spec := r.decode(c, maxBody); spec != nil {
 			return spec
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 )
 
 // A responder is where the forward loop writes its answer to one request.
@@ -31,7 +32,7 @@ type responder interface {
 	// of the account waited on).
 	refuse(resp rerr.Response, headers func(HeaderSetter))
 	// commit sends a successful answer: its status and the headers that
-	// cross the proxy (relayHeaders), then body, each piece as it
+	// cross the proxy (headerrules.RelayResponse), then body, each piece as it
 	// arrives; length is the body's size, or -1 when unknown. It calls
 	// body.CloseWithError exactly once, when the answer has ended or the
 	// client has gone.
@@ -75,7 +76,7 @@ func (w httpResponder) refuse(resp rerr.Response, headers func(HeaderSetter)) {
 func (w httpResponder) commit(status int, upstream *fasthttp.ResponseHeader, body *relay, length int) {
 	ctx := w.ctx
 	ctx.SetStatusCode(status)
-	relayHeaders(&ctx.Response.Header, upstream)
+	headerrules.RelayResponse(&ctx.Response.Header, upstream)
 	if id := upstream.Peek("x-request-id"); len(id) > 0 {
 		ctx.Response.Header.SetBytesV("x-upstream-request-id", id)
 	}

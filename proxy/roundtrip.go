@@ -2,15 +2,14 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"io"
 	"net"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/proxy/chunked"
 )
 
 // roundTrip is how every upstream HTTP request goes out: fasthttp's own
@@ -21,7 +20,7 @@ import (
 // detached before fasthttp may hand it to another request. fasthttp's
 // client offers no other way to learn which pooled connection a request
 // uses, nor to cancel one. And the answer's body is read with rotor's own
-// framing (answerBody), which tells a body's end from the connection's.
+// framing (chunked.Body), which tells a body's end from the connection's.
 //
 // Otherwise it does what DefaultTransport does for the client rotor
 // configures (newUpstreamClient): a write deadline of WriteTimeout, no
@@ -105,7 +104,7 @@ func writeRequest(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request)
 }
 
 // readAnswer reads the answer's head into resp and, when it has a body,
-// returns that body, not yet read, as a stream over br (answerBody).
+// returns that body, not yet read, as a stream over br (chunked.Body).
 func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request, resp *fasthttp.Response) (io.Reader, error) {
 	if hc.DisableHeaderNamesNormalizing {
 		resp.Header.DisableNormalizing()
@@ -122,163 +121,7 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 		s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified {
 		return nil, nil
 	}
-	return answerBody(br, resp.Header.ContentLength()), nil
-}
-
-// answerBody is the body that follows a head of content length n (-1:
-// chunked, -2: until the connection ends) on br. A connection that ends
-// before a chunked body's last chunk, or before a body's declared length,
-// cut the answer: that is io.ErrUnexpectedEOF here, never io.EOF.
-// fasthttp's own body stream says io.EOF when the connection ends at a
-// chunk's boundary or short of the length, so an upstream that closed in
-// the middle of a stream (a restart, a middlebox's timeout) looked as if
-// it had finished, and its cut answer went to the client as whole.
-func answerBody(br *bufio.Reader, n int) io.Reader {
-	switch {
-	case n == -1:
-		return &chunkedBody{br: br}
-	case n >= 0:
-		return &sizedBody{r: br, left: n}
-	}
-	return br
-}
-
-// chunkedBody reads a chunked body (RFC 9112 docs/clients.md.1) to its last chunk and
-// the trailer after it, so that the connection is left at the next
-// answer. Each Read returns at most one chunk: an upstream stream sends
-// an event a chunk, and taking only what one chunk holds lets the next
-// events gather in the connection's buffer while this one is handed on,
-// where reading everything buffered would wake the reader for each event.
-type chunkedBody struct {
-	br   *bufio.Reader
-	left int   // bytes of the current chunk not yet read
-	err  error // sticky: io.EOF after the trailer, or what broke the body
-}
-
-func (b *chunkedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	if b.left == 0 {
-		size, err := chunkSize(b.br)
-		switch {
-		case err != nil:
-			b.err = unexpected(err)
-			return 0, b.err
-		case size == 0:
-			b.err = skipTrailer(b.br)
-			return 0, b.err
-		}
-		b.left = size
-	}
-	n, err := b.br.Read(p[:min(len(p), b.left)])
-	b.left -= n
-	if err == nil && b.left == 0 {
-		err = crlf(b.br)
-	}
-	if err != nil {
-		b.err = unexpected(err)
-	}
-	return n, b.err
-}
-
-// maxChunkSize bounds a chunk's declared size (1 GiB): a larger one is a
-// broken upstream, not an answer.
-const maxChunkSize = 1 << 30
-
-// chunkSize reads a chunk's size line: hex digits, maybe extensions
-// after ';' (ignored), CRLF.
-func chunkSize(br *bufio.Reader) (int, error) {
-	line, err := readLine(br)
-	if err != nil {
-		return 0, err
-	}
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
-	}
-	size, err := strconv.ParseUint(string(bytes.TrimRight(line, " \t")), 16, 64)
-	if err != nil || size > maxChunkSize {
-		return 0, errBrokenChunk
-	}
-	return int(size), nil
-}
-
-// readLine reads one line of chunked framing (a size line, a trailer
-// field) and returns it without its end: CRLF, or a lone LF, which RFC
-// 9112 docs/files.md.2 lets a recipient take for one. A CR anywhere else breaks the
-// framing, as Go's own chunked reader has it: a line two parsers could
-// end in different places is how a connection's answers get mixed up.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = bytes.TrimSuffix(line[:len(line)-1], []byte{'\r'})
-	if bytes.IndexByte(line, '\r') >= 0 {
-		return nil, errBrokenChunk
-	}
-	return line, nil
-}
-
-// crlf reads the CRLF that ends a chunk's data.
-func crlf(br *bufio.Reader) error {
-	b, err := br.Peek(2)
-	if err != nil {
-		return err
-	}
-	if b[0] != '\r' || b[1] != '\n' {
-		return errBrokenChunk
-	}
-	_, err = br.Discard(2)
-	return err
-}
-
-var errBrokenChunk = errors.New("rotor: malformed chunked body from the upstream")
-
-// unexpected is err with io.EOF made io.ErrUnexpectedEOF: in the middle of
-// a body the connection's end is a cut.
-func unexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// maxTrailer bounds the trailer lines read after a chunked body's last
-// chunk.
-const maxTrailer = 64
-
-// skipTrailer reads the trailer fields after a chunked body's last
-// chunk up to the empty line that ends them; io.EOF once it has.
-func skipTrailer(br *bufio.Reader) error {
-	for range maxTrailer {
-		line, err := readLine(br)
-		if err != nil {
-			return unexpected(err)
-		}
-		if len(line) == 0 {
-			return io.EOF
-		}
-	}
-	return errors.New("rotor: too long a trailer after a chunked body")
-}
-
-// sizedBody reads a body of a declared length.
-type sizedBody struct {
-	r    io.Reader
-	left int
-}
-
-func (b *sizedBody) Read(p []byte) (int, error) {
-	if b.left == 0 {
-		return 0, io.EOF
-	}
-	n, err := b.r.Read(p[:min(len(p), b.left)])
-	b.left -= n
-	if b.left == 0 {
-		return n, io.EOF
-	}
-	return n, unexpected(err)
+	return chunked.Body(br, resp.Header.ContentLength()), nil
 }
 
 // upstreamBody is an upstream answer's body as rotor reads it

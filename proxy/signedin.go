@@ -15,6 +15,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 )
 
 // Codex signed in as itself (docs/codex.md). Codex keeps its ChatGPT sign-in
@@ -212,7 +213,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	// so the backend reads the target the client wrote.
 	req.SetRequestURI(strings.TrimRight(base, "/") + "/" + rest)
 	req.Header.SetMethodBytes(ctx.Method())
-	copyRequestHeaders(&req.Header, &ctx.Request.Header)
+	headerrules.CopyRequest(&req.Header, &ctx.Request.Header)
 	if o := ctx.Request.Header.Peek("originator"); len(o) > 0 {
 		req.Header.SetBytesV("originator", o) // Codex's own name, not rotor's
 	}
@@ -228,15 +229,16 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode())
-	relayHeaders(&ctx.Response.Header, &resp.Header)
-	redactHeaders(&ctx.Response.Header, &sec)
+	headerrules.RelayResponse(&ctx.Response.Header, &resp.Header)
+	headerrules.RedactHeaders(&ctx.Response.Header, &sec)
 	// Redacting may change the body's length: it goes chunked, whose end
 	// the client sees, so an answer cut upstream is cut for it too.
 	ctx.Response.Header.Del("Content-Length")
-	pb := &passBody{redactingReader: redactingReader{sec: sec}, resp: resp, s: s,
-		id: r.id, path: backendPrefix + rawPath(rest), account: pool.IndexOf(id)}
-	if pb.src = resp.BodyStream(); pb.src == nil {
-		ctx.SetBody(redact(resp.Body(), &sec)) // no body, or a HEAD's
+	pb := &passBody{resp: resp, s: s, id: r.id, path: backendPrefix + rawPath(rest), account: pool.IndexOf(id)}
+	src := resp.BodyStream()
+	pb.Reset(src, sec)
+	if pb.streamed = src != nil; !pb.streamed {
+		ctx.SetBody(headerrules.Redact(resp.Body(), &sec)) // no body, or a HEAD's
 		pb.CloseWithError(nil)
 		return
 	}
@@ -249,12 +251,13 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 // closes it once the answer is written or the client has gone; it then
 // lets go of the upstream answer and logs the call.
 type passBody struct {
-	redactingReader
-	resp    *fasthttp.Response
-	s       *Server
-	id      string // the request's: the request itself is released by then
-	path    string
-	account int
+	headerrules.RedactingReader
+	streamed bool // the upstream's answer has a body stream
+	resp     *fasthttp.Response
+	s        *Server
+	id       string // the request's: the request itself is released by then
+	path     string
+	account  int
 }
 
 // Read runs outside the handler's recover: a bug met here is logged and
@@ -263,21 +266,22 @@ func (b *passBody) Read(p []byte) (n int, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			b.s.panicLog(b.id, v).Msg("pass-through panic")
-			b.err, n, err = errPanicked, 0, errPanicked
+			b.Fail(errPanicked)
+			n, err = 0, errPanicked
 		}
 	}()
-	return b.redactingReader.Read(p)
+	return b.RedactingReader.Read(p)
 }
 
 // CloseWithError releases the upstream answer, closing its connection
 // unless it was read to its end, and logs the call's path and status.
 func (b *passBody) CloseWithError(error) error {
-	complete := b.src == nil || errors.Is(b.err, io.EOF)
+	complete := !b.streamed || errors.Is(b.Err(), io.EOF)
 	switch {
 	case complete:
 		b.resp.CloseBodyStream()
-	case b.err != nil: // the upstream's failure, or errPanicked
-		closeStream(b.resp, b.err)
+	case b.Err() != nil: // the upstream's failure, or errPanicked
+		closeStream(b.resp, b.Err())
 	default:
 		closeStream(b.resp, errClientGone)
 	}

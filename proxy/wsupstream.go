@@ -18,6 +18,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -194,7 +195,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	h := http.Header{}
 	hop := r.header.Peek("Connection")
 	for k, v := range r.header.All() {
-		if passes(dropRequestHeaders, hop, k) && !bytes.EqualFold(k, []byte("Content-Type")) {
+		if headerrules.RequestPasses(hop, k) && !bytes.EqualFold(k, []byte("Content-Type")) {
 			h.Add(string(k), string(v))
 		}
 	}
@@ -253,7 +254,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 			body = append(body, 0)[:len(body)]
 		}
 	}
-	f = &failure{status: resp.StatusCode, endpoint: endpoint, upstreamID: resp.Header.Get("x-request-id"), body: redact(body, sec)}
+	f = &failure{status: resp.StatusCode, endpoint: endpoint, upstreamID: resp.Header.Get("x-request-id"), body: headerrules.Redact(body, sec)}
 	f.verdict = classify(f.status, hdr, f.body)
 	if f.status == http.StatusForbidden && f.verdict == verdictClientError {
 		return nil, nil, refusedForAccount
@@ -274,7 +275,7 @@ func (s *Server) frameFailure(frame []byte, sec *secrets.Secret, endpoint string
 		return true
 	})
 	f := &failure{status: int(gjson.GetBytes(frame, "status").Int()), endpoint: endpoint,
-		upstreamID: string(hdr.Peek("x-request-id")), body: redact(bytes.Clone(frame), sec)}
+		upstreamID: string(hdr.Peek("x-request-id")), body: headerrules.Redact(bytes.Clone(frame), sec)}
 	f.verdict = classify(f.status, hdr, f.body)
 	if f.verdict == verdictUsageLimit {
 		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)

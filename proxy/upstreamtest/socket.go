@@ -111,7 +111,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request, token strin
 	key := r.Header.Get("Sec-WebSocket-Key")
 	if k, err := base64.StdEncoding.DecodeString(key); err != nil || len(k) != 16 ||
 		!headerHasToken(r.Header, "Connection", "upgrade") || !r.ProtoAtLeast(1, 1) {
-		http.Error(w, "upstreamtest: bad WebSocket handshake (RFC 6455 docs/selection.md.2.1)", http.StatusBadRequest)
+		http.Error(w, "upstreamtest: bad WebSocket handshake (RFC 6455 section 4.2.1)", http.StatusBadRequest)
 		return
 	}
 	if r.Header.Get("Sec-WebSocket-Version") != "13" {

@@ -1,4 +1,4 @@
-package proxy
+package chunked
 
 import (
 	"bufio"
@@ -30,13 +30,13 @@ func TestAnswerBodyFraming(t *testing.T) {
 		{"ends inside a chunk", "5\r\nhel", -1, "hel", io.ErrUnexpectedEOF},
 		{"ends inside a size line", "5\r\nhello\r\n1", -1, "hello", io.ErrUnexpectedEOF},
 		{"ends before the trailer's end", "5\r\nhello\r\n0\r\n", -1, "hello", io.ErrUnexpectedEOF},
-		{"no CRLF after the data", "5\r\nhelloXX0\r\n\r\n", -1, "hello", errBrokenChunk},
-		{"size not hex", "zz\r\nhello\r\n0\r\n\r\n", -1, "", errBrokenChunk},
-		{"size too large", "FFFFFFFFFFFF\r\nx", -1, "", errBrokenChunk},
+		{"no CRLF after the data", "5\r\nhelloXX0\r\n\r\n", -1, "hello", ErrMalformed},
+		{"size not hex", "zz\r\nhello\r\n0\r\n\r\n", -1, "", ErrMalformed},
+		{"size too large", "FFFFFFFFFFFF\r\nx", -1, "", ErrMalformed},
 		{"lone LF line ends", "5\nhello\r\n0\n\n", -1, "hello", nil},
 		{"blanks before an extension", "5 ;x\r\nhello\r\n0\r\n\r\n", -1, "hello", nil},
-		{"a CR inside a size line", "5\r\r\nhello\r\n0\r\n\r\n", -1, "", errBrokenChunk},
-		{"a CR inside the trailer's end", "5\r\nhello\r\n0\r\n\r\r\n", -1, "hello", errBrokenChunk},
+		{"a CR inside a size line", "5\r\r\nhello\r\n0\r\n\r\n", -1, "", ErrMalformed},
+		{"a CR inside the trailer's end", "5\r\nhello\r\n0\r\n\r\r\n", -1, "hello", ErrMalformed},
 		{"sized", "hello", 5, "hello", nil},
 		{"sized, short", "hel", 5, "hel", io.ErrUnexpectedEOF},
 		{"until the connection ends", "hello", -2, "hello", nil},
@@ -50,7 +50,7 @@ func TestAnswerBodyFraming(t *testing.T) {
 			}
 			// One byte a read: every boundary falls between two reads.
 			br := bufio.NewReader(iotest.OneByteReader(strings.NewReader(wire)))
-			got, err := io.ReadAll(answerBody(br, c.length))
+			got, err := io.ReadAll(Body(br, c.length))
 			if string(got) != c.body || !errors.Is(err, c.err) {
 				t.Fatalf("read %q, %v; want %q, %v", got, err, c.body, c.err)
 			}
@@ -88,7 +88,7 @@ func FuzzChunkedBody(f *testing.F) {
 		// makes long size and trailer lines overflow it.
 		src := &stepReader{b: wire, step: int(step%32) + 1}
 		br := bufio.NewReaderSize(src, 16)
-		body := &chunkedBody{br: br}
+		body := NewReader(br)
 		var got []byte
 		buf := make([]byte, 7)
 		var err error
@@ -106,8 +106,8 @@ func FuzzChunkedBody(f *testing.F) {
 		want, werr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(wire)))
 		if werr != nil && (strings.Contains(werr.Error(), "bare LF") || strings.Contains(werr.Error(), "invalid byte in chunk length")) {
 			// Go refuses two things RFC 9112 allows and rotor takes: a
-			// lone LF for a line's end (docs/files.md.2), and blanks before a chunk
-			// extension's ';' (docs/clients.md.1.1, BWS). Only the end is checked.
+			// lone LF for a line's end (section 2.2), and blanks before a chunk
+			// extension's ';' (section 7.1.1, BWS). Only the end is checked.
 			werr, want = nil, got
 		}
 		if werr != nil || !bytes.Equal(got, want) {
@@ -135,4 +135,21 @@ func (r *stepReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), r.step)], r.b)
 	r.b = r.b[n:]
 	return n, nil
+}
+
+// A Read hands on one chunk, however much more is buffered: an upstream
+// sends an event a chunk, and each leaves as it came.
+func TestReaderReturnsOneChunkARead(t *testing.T) {
+	t.Parallel()
+	wire := "7\r\ndata: 1\r\n7\r\ndata: 2\r\n3\r\nend\r\n0\r\n\r\n"
+	r := NewReader(bufio.NewReader(strings.NewReader(wire)))
+	buf := make([]byte, 1024)
+	for _, want := range []string{"data: 1", "data: 2", "end"} {
+		if n, err := r.Read(buf); string(buf[:n]) != want || err != nil {
+			t.Fatalf("read %q, %v; want %q", buf[:n], err, want)
+		}
+	}
+	if n, err := r.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("after the last chunk: %d, %v", n, err)
+	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package headerrules
 
 import (
 	"bytes"
@@ -52,10 +52,10 @@ func headerIn(m map[string]bool, k []byte) bool {
 	return m[string(buf[:len(k)])]
 }
 
-// copyRequestHeaders copies the client's headers an upstream may see:
+// CopyRequest copies the client's headers an upstream may see:
 // none of dropRequestHeaders, and none that the client's Connection
-// header names as hop-by-hop (RFC 9110 docs/clients.md.6.1).
-func copyRequestHeaders(dst, src *fasthttp.RequestHeader) {
+// header names as hop-by-hop (RFC 9110 section 7.6.1).
+func CopyRequest(dst, src *fasthttp.RequestHeader) {
 	hop := src.Peek("Connection")
 	for k, v := range src.All() {
 		if passes(dropRequestHeaders, hop, k) {
@@ -64,10 +64,10 @@ func copyRequestHeaders(dst, src *fasthttp.RequestHeader) {
 	}
 }
 
-// relayHeaders copies the upstream's answer headers a client may see:
+// RelayResponse copies the upstream's answer headers a client may see:
 // none of dropResponseHeaders, and none that the upstream's Connection
 // header names as hop-by-hop.
-func relayHeaders(dst, src *fasthttp.ResponseHeader) {
+func RelayResponse(dst, src *fasthttp.ResponseHeader) {
 	hop := src.Peek("Connection")
 	for k, v := range src.All() {
 		if passes(dropResponseHeaders, hop, k) {
@@ -75,6 +75,11 @@ func relayHeaders(dst, src *fasthttp.ResponseHeader) {
 		}
 	}
 }
+
+// RequestPasses reports whether the client's request header k may reach
+// an upstream, hop being the client's Connection header: CopyRequest's
+// rule, for a request that is not a fasthttp one (a socket's handshake).
+func RequestPasses(hop, k []byte) bool { return passes(dropRequestHeaders, hop, k) }
 
 // passes reports whether header k crosses the proxy: it is not in drop,
 // and the sender's Connection header (hop) does not name it as hop-by-hop.
@@ -99,9 +104,9 @@ func namedIn(list, k []byte) bool {
 // a shorter one (a test's) would be found in ordinary text.
 const minSecret = 8
 
-// redact replaces the account's own secrets wherever an upstream quoted
+// Redact replaces the account's own secrets wherever an upstream quoted
 // them in an error body, before any of it can reach the client or a log.
-func redact(body []byte, sec *secrets.Secret) []byte {
+func Redact(body []byte, sec *secrets.Secret) []byte {
 	for _, v := range secretValues(sec) {
 		if len(v) >= minSecret && bytes.Contains(body, []byte(v)) {
 			body = bytes.ReplaceAll(body, []byte(v), []byte("[redacted]"))
@@ -126,10 +131,10 @@ func secretValues(sec *secrets.Secret) [4]string {
 	return [...]string{sec.APIKey, sec.AccessToken, sec.RefreshToken, sec.IDToken}
 }
 
-// redactHeaders replaces, in every header of an answer, the account's
+// RedactHeaders replaces, in every header of an answer, the account's
 // own secrets where an upstream (or a gateway at its base_url) echoed
 // them: a header is relayed to the client whatever its name.
-func redactHeaders(h *fasthttp.ResponseHeader, sec *secrets.Secret) {
+func RedactHeaders(h *fasthttp.ResponseHeader, sec *secrets.Secret) {
 	var echoed [][]byte
 	for k, v := range h.All() {
 		if quotes(v, sec) {
@@ -137,17 +142,17 @@ func redactHeaders(h *fasthttp.ResponseHeader, sec *secrets.Secret) {
 		}
 	}
 	for _, k := range echoed {
-		h.SetBytesV(string(k), redact(h.PeekBytes(k), sec))
+		h.SetBytesV(string(k), Redact(h.PeekBytes(k), sec))
 	}
 }
 
-// redactingReader is redact for a body read piece by piece, which may be
+// A RedactingReader is Redact for a body read piece by piece, which may be
 // any size: it holds at most one read of src and the bytes at its end
 // that could begin one of the secrets, so a secret split between two
 // reads is replaced as surely as one inside a read, and everything else
 // is handed on as soon as it arrives (a stream's event is not held back
 // behind the next).
-type redactingReader struct {
+type RedactingReader struct {
 	src io.Reader
 	sec secrets.Secret
 	// buf[off:ready] is redacted and may go; buf[ready:] could still
@@ -163,7 +168,7 @@ const redactChunk = 32 << 10
 // Read hands on the next redacted bytes. When src fails, what could
 // begin a secret is dropped, never sent: a secret cut short is a secret
 // still.
-func (r *redactingReader) Read(p []byte) (int, error) {
+func (r *RedactingReader) Read(p []byte) (int, error) {
 	for r.off == r.ready {
 		if r.err != nil {
 			return 0, r.err
@@ -172,7 +177,7 @@ func (r *redactingReader) Read(p []byte) (int, error) {
 		held := len(r.buf)
 		r.buf = slices.Grow(r.buf, redactChunk)
 		n, err := r.src.Read(r.buf[held : held+redactChunk])
-		r.buf, r.err = redact(r.buf[:held+n], &r.sec), err
+		r.buf, r.err = Redact(r.buf[:held+n], &r.sec), err
 		r.off, r.ready = 0, len(r.buf)
 		if err != io.EOF {
 			r.ready -= secretStart(r.buf, &r.sec)
@@ -182,6 +187,21 @@ func (r *redactingReader) Read(p []byte) (int, error) {
 	r.off += n
 	return n, nil
 }
+
+// Reset makes r read src for sec's secrets from the start, keeping its
+// buffer.
+func (r *RedactingReader) Reset(src io.Reader, sec secrets.Secret) {
+	r.src, r.sec = src, sec
+	r.buf, r.off, r.ready, r.err = r.buf[:0], 0, 0, nil
+}
+
+// Err is what ended src's reads, nil while it has not: io.EOF for an
+// answer read to its end.
+func (r *RedactingReader) Err() error { return r.err }
+
+// Fail ends r with err: once what is redacted is handed on, Read
+// returns err.
+func (r *RedactingReader) Fail(err error) { r.err = err }
 
 // secretStart is how many bytes at the end of b could begin a value of
 // sec: the longest end of b that is the start of one (shorter than it,
