@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // chatgptRewrite is chatgptBody on a body read the way the handler reads it.
@@ -188,13 +190,18 @@ func TestScanBodyNotesBlobs(t *testing.T) {
 }
 
 // BenchmarkScanBody is the one read of a long session's body: 2 MiB of
-// plain text, and 2 MiB of history as Codex sends it (code, with a quote
-// or newline escape every 30 bytes or so, in many small items).
+// plain text, 2 MiB of history as Codex sends it (code, with a quote
+// or newline escape every 30 bytes or so, in many small items), and the
+// escape-heavy shapes of make bench-load (issue 45): a pasted file, an
+// escape every 20 bytes or so, and Codex's history with its tool output,
+// one every 10–20.
 func BenchmarkScanBody(b *testing.B) {
 	item := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"func main() {\n\tfmt.Println(\"hello\")\n}\n\u00e9 done"}]},`
 	for name, body := range map[string]string{
-		"text":    `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat("history ", 1<<18) + `"}],"stream":true}`,
-		"history": `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
+		"text":          `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat("history ", 1<<18) + `"}],"stream":true}`,
+		"history":       `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
+		"pasted-file":   string(upstreamtest.PastedFileResponses(shapeSize, false)),
+		"codex-history": string(upstreamtest.CodexHistory(shapeSize, func() string { return "gAAAAABo-blob" + strings.Repeat("x", 700) })),
 	} {
 		b.Run(name, func(b *testing.B) {
 			body := []byte(body)
