@@ -335,19 +335,27 @@ func (p scanner) array(i, depth int, s *scanned) int {
 	}
 }
 
-// str scans the string at i. Its text is skipped with bytes.IndexByte,
-// which looks at many bytes per instruction: only quotes and backslashes
-// matter. Raw control characters inside a string are the one thing JSON
-// forbids that this does not check: finding them costs a look at every
-// byte, and the upstream refuses such a body itself, as a client error
-// that no account is blamed for.
+// str scans the string at i. Only quotes and backslashes matter in its
+// text, and it is read in one of three ways, switching as the text goes:
+// 8 bytes at a time while a special byte keeps turning up soon (keys,
+// short values); a chunk at a time with bytes.IndexByte across text with
+// no escapes (memory speed); and, from the first escape on, 64 bytes at
+// a time from their marks (see marks), which is how text dense with
+// escapes (pasted code, tool output: one every 10–20 bytes) is read.
+// Escapes are validated, never decoded. Raw control characters inside a
+// string are the one thing JSON forbids that this does not check:
+// finding them costs a look at every byte, and the upstream refuses such
+// a body itself, as a client error that no account is blamed for.
 func (p scanner) str(i int) int {
 	b := p.b
 	i++
-	// Keys, short values and text dense with escapes (code, mostly) are
-	// read 8 bytes at a time, for as long as a special byte keeps turning
-	// up within shortString bytes.
-	for n := min(i+shortString, len(b)); i+8 <= n; {
+	for n := min(i+shortString, len(b)); ; {
+		if i+8 > n {
+			if i+8 > len(b) {
+				return p.strTail(i)
+			}
+			break // shortString bytes with no special byte: a long text
+		}
 		m := specials(binary.LittleEndian.Uint64(b[i:]))
 		if m == 0 {
 			i += 8
@@ -357,37 +365,157 @@ func (p scanner) str(i int) int {
 		if b[i] == '"' {
 			return i + 1
 		}
-		if i = p.escape(i); i < 0 {
+		goto dense // a backslash
+	}
+long:
+	// A long string is read a chunk at a time, each chunk twice (for a
+	// backslash, then for a quote before it) while it is still in the
+	// cache: two passes over a whole 2 MiB string would read it from
+	// memory twice. Each search stops at what it finds, so text with an
+	// escape now and then costs the distance to it, not a chunk. An
+	// escape soon after the last turns to the dense reading.
+	for last := i; i < len(b); {
+		end := min(i+strChunk, len(b))
+		bs := end // the first backslash in the chunk
+		if j := bytes.IndexByte(b[i:end], '\\'); j >= 0 {
+			bs = i + j
+		}
+		if q := bytes.IndexByte(b[i:bs], '"'); q >= 0 {
+			return i + q + 1
+		}
+		if bs == end {
+			i = end
+			continue
+		}
+		if bs-last < 64 {
+			i = bs
+			goto dense
+		}
+		if i = p.escape(bs); i < 0 {
 			return -1
 		}
-		n = min(i+shortString, len(b))
-	}
-	// A long string is read a chunk at a time, each chunk twice (for its
-	// quote, then for escapes before it) while it is still in the cache:
-	// two passes over a whole 2 MiB string would read it from memory twice.
-	for i < len(b) {
-		end := min(i+strChunk, len(b))
-		q := end // the first quote in the chunk not yet known to be escaped
-		if j := bytes.IndexByte(b[i:end], '"'); j >= 0 {
-			q = i + j
-		}
-		for i <= q {
-			bs := bytes.IndexByte(b[i:q], '\\')
-			if bs < 0 {
-				if q < end {
-					return q + 1
-				}
-				i = end
-				break
-			}
-			if i = p.escape(i + bs); i < 0 {
-				return -1
-			}
-		}
-		// Here the chunk had no closing quote, or an escape (\") took it:
-		// the next chunk starts at i.
+		last = i
 	}
 	return -1
+dense:
+	// i is at a backslash that escapes: each block of 64 bytes from i has
+	// its quotes and backslashes marked, which bytes the backslashes
+	// escape is worked out from the marks alone, and only the escaped
+	// bytes are looked at. A block without a backslash turns back to the
+	// chunked reading.
+	for i+64 <= len(b) {
+		q, bs := marks((*[64]byte)(b[i:]))
+		if bs == 0 {
+			if q != 0 {
+				return i + bits.TrailingZeros64(q) + 1
+			}
+			i += 64
+			goto long
+		}
+		esc, pending := escaped(bs)
+		if q &^= esc; q != 0 {
+			k := bits.TrailingZeros64(q)
+			if !p.escapes(i, esc&(1<<k-1)) {
+				return -1
+			}
+			return i + k + 1
+		}
+		if !p.escapes(i, esc) {
+			return -1
+		}
+		// A backslash that ends the block and escapes starts the next one.
+		i += 64 - int(pending)
+	}
+	return p.strTail(i)
+}
+
+// strTail scans the rest of a string from i, at most 64 bytes before the
+// body's end, a byte at a time.
+func (p scanner) strTail(i int) int {
+	b := p.b
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			if i = p.escape(i); i < 0 {
+				return -1
+			}
+		default:
+			i++
+		}
+	}
+	return -1
+}
+
+// escaped is the bytes of a block (bit k for its byte k) that the
+// backslashes bs escape, and pending is 1 when the block's last byte is a
+// backslash that escapes the byte after the block. The block starts with
+// no escape pending from before it. A run of backslashes escapes the
+// byte after it when its length is odd; simdjson's way of telling which
+// runs are odd: adding a run's first bit to the run carries to the bit
+// just past it, and a run's length is odd when its start and that bit
+// differ in parity.
+func escaped(bs uint64) (esc, pending uint64) {
+	const even = 0x5555555555555555
+	starts := bs &^ (bs << 1)
+	evenEnds := (bs + starts&even) &^ bs
+	oddEnds, pending := bits.Add64(bs, starts&^even, 0)
+	oddEnds &^= bs
+	return evenEnds&^even | oddEnds&even, pending
+}
+
+// escapes reports whether the escapes in the block at i are valid:
+// esc marks the bytes escaped (bit k for b[i+k]), each the byte after a
+// backslash that escapes. Only those bytes are looked at.
+func (p scanner) escapes(i int, esc uint64) bool {
+	blk := (*[64]byte)(p.b[i:])
+	for ; esc != 0; esc &= esc - 1 {
+		k := bits.TrailingZeros64(esc) & 63
+		if kind := escapeKind[blk[k]]; kind != escapeOne && (kind == escapeBad || p.escape(i+k-1) < 0) {
+			return false
+		}
+	}
+	return true
+}
+
+const (
+	escapeBad = iota
+	escapeOne
+	escapeHex
+)
+
+// escapeKind is what may follow a backslash in a JSON string: a byte
+// that ends a two-byte escape, u, which four hex digits follow, or
+// anything else, which is invalid.
+var escapeKind = [256]uint8{
+	'"': escapeOne, '\\': escapeOne, '/': escapeOne, 'b': escapeOne, 'f': escapeOne,
+	'n': escapeOne, 'r': escapeOne, 't': escapeOne, 'u': escapeHex,
+}
+
+// marksGeneric is marks a word at a time: the bytes of each 8 equal to a
+// quote or a backslash get their high bit set, exactly, and the 8 high
+// bits are gathered into one byte by a multiplication.
+func marksGeneric(blk *[64]byte) (quotes, backslashes uint64) {
+	for k := 0; k < 64; k += 8 {
+		x := binary.LittleEndian.Uint64(blk[k:])
+		quotes |= gather(equal(x, '"')) << k
+		backslashes |= gather(equal(x, '\\')) << k
+	}
+	return quotes, backslashes
+}
+
+// equal sets the high bit of each byte of x equal to c, and no other bit.
+func equal(x uint64, c byte) uint64 {
+	const lows, highs = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
+	t := x ^ (0x0101010101010101 * uint64(c))
+	return ^((t&lows + lows) | t) & highs
+}
+
+// gather moves the high bits of m's bytes into its lowest byte, byte k's
+// to bit k.
+func gather(m uint64) uint64 {
+	return (m >> 7) * 0x0102040810204080 >> 56
 }
 
 // specials marks the bytes of x (8 bytes of a string, first byte lowest)
@@ -400,9 +528,9 @@ func specials(x uint64) uint64 {
 	return ((q-ones)&^q | (bs-ones)&^bs) & highs
 }
 
-// shortString is how far str looks 8 bytes at a time past the last
-// special byte before it turns to IndexByte, which costs more to call
-// than to run on a short string.
+// shortString is how far str looks 8 bytes at a time past the string's
+// start before it turns to IndexByte, which costs more to call than to
+// run on a short string.
 const shortString = 64
 
 // strChunk is how much of a long string str reads at a time: well

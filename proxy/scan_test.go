@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
 // chatgptRewrite is chatgptBody on a body read the way the handler reads it.
@@ -188,13 +190,19 @@ func TestScanBodyNotesBlobs(t *testing.T) {
 }
 
 // BenchmarkScanBody is the one read of a long session's body: 2 MiB of
-// plain text, and 2 MiB of history as Codex sends it (code, with a quote
-// or newline escape every 30 bytes or so, in many small items).
+// plain text, of prose (a newline escape every 200 bytes, no quote), 2 MiB of history as Codex sends it (code, with a quote
+// or newline escape every 30 bytes or so, in many small items), and the
+// escape-heavy shapes of make bench-load (issue 45): a pasted file, an
+// escape every 20 bytes or so, and Codex's history with its tool output,
+// one every 10–20.
 func BenchmarkScanBody(b *testing.B) {
 	item := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"func main() {\n\tfmt.Println(\"hello\")\n}\n\u00e9 done"}]},`
 	for name, body := range map[string]string{
-		"text":    `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat("history ", 1<<18) + `"}],"stream":true}`,
-		"history": `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
+		"text":          `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat("history ", 1<<18) + `"}],"stream":true}`,
+		"history":       `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
+		"prose":         `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat(strings.Repeat("history ", 25)+`\n`, 1<<18/25) + `"}],"stream":true}`,
+		"pasted-file":   string(upstreamtest.PastedFileResponses(shapeSize, false)),
+		"codex-history": string(upstreamtest.CodexHistory(shapeSize, func() string { return "gAAAAABo-blob" + strings.Repeat("x", 700) })),
 	} {
 		b.Run(name, func(b *testing.B) {
 			body := []byte(body)
@@ -219,6 +227,71 @@ func TestScanLongStringsAcrossChunks(t *testing.T) {
 				s := `{"a":"` + strings.Repeat("x", at) + piece + strings.Repeat("y", 40) + tail
 				checkScan(t, []byte(s))
 			}
+		}
+	}
+}
+
+// Text dense with escapes is read 64 bytes at a time from the first
+// escape: runs of backslashes of every length, ending anywhere around a
+// block's end, before a quote, a letter or a \u escape, scan as
+// encoding/json says.
+func TestScanEscapesAcrossBlocks(t *testing.T) {
+	t.Parallel()
+	for _, lead := range []string{``, `\n`, `\\`, `\"x`} {
+		for at := 0; at <= 140; at++ {
+			for run := 1; run <= 5; run++ {
+				for _, next := range []string{`"`, `n`, `u00e9`, `u00"`, `x`, `/`} {
+					s := `{"a":"` + lead + strings.Repeat("y", at) + strings.Repeat(`\`, run) + next + strings.Repeat(`z\t`, 30) + `","b":1}`
+					checkScan(t, []byte(s))
+				}
+			}
+		}
+	}
+}
+
+// marks, in assembly where there is some, marks what marksGeneric marks,
+// and escaped finds what a byte-at-a-time reading finds.
+func TestMarksAndEscaped(t *testing.T) {
+	t.Parallel()
+	alphabet := []byte{'"', '\\', 'a', 0x80 | '"', 0x80 | '\\', 0, 0xff, '"' + 1, '\\' - 1}
+	rng := uint64(1)
+	for range 20000 {
+		var blk [64]byte
+		for k := range blk {
+			rng = rng*6364136223846793005 + 1442695040888963407
+			blk[k] = alphabet[rng>>33%uint64(len(alphabet))]
+		}
+		q, bs := marks(&blk)
+		if gq, gbs := marksGeneric(&blk); q != gq || bs != gbs {
+			t.Fatalf("marks(%q) = %x %x, marksGeneric %x %x", blk, q, bs, gq, gbs)
+		}
+		var wq, wbs, wesc, wpending uint64
+		escaping := false
+		for k, c := range blk {
+			switch {
+			case escaping:
+				escaping = false
+				if c != '\\' {
+					wesc |= 1 << k
+				}
+			case c == '\\':
+				escaping = true
+			}
+			if c == '"' {
+				wq |= 1 << k
+			}
+			if c == '\\' {
+				wbs |= 1 << k
+			}
+		}
+		if escaping {
+			wpending = 1
+		}
+		if q != wq || bs != wbs {
+			t.Fatalf("marks(%q) = %x %x, want %x %x", blk, q, bs, wq, wbs)
+		}
+		if esc, pending := escaped(bs); esc != wesc || pending != wpending {
+			t.Fatalf("escaped(%q) = %x %d, want %x %d", blk, esc, pending, wesc, wpending)
 		}
 	}
 }
