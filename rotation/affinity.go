@@ -100,3 +100,17 @@ func (a *Affinity) Len() int {
 	defer a.mu.Unlock()
 	return len(a.m)
 }
+
+// Load counts the live bindings per account id, leaving out key.
+func (a *Affinity) Load(except string) map[string]int {
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := make(map[string]int)
+	for k, b := range a.m {
+		if k != except && b.gen == a.gen && now.Sub(b.at) <= a.ttl {
+			n[b.id]++
+		}
+	}
+	return n
+}

@@ -297,7 +297,7 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 		return s.pickPinned(v, req, now, id, src, why, false)
 	}
 	moved := false
-	bi, btier := s.best(v, req, now)
+	bi, btier := s.best(v, req, now, nil)
 	if req.AffinityKey != "" {
 		if id, ok := s.affinity.Get(req.AffinityKey); ok {
 			if i := v.indexOf(id); i > 0 && !req.attempted(id) && req.skipped(&v.pool.Accounts[i-1]) == "" {
@@ -309,6 +309,13 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 			}
 			moved = true
 		}
+	}
+	if moved && bi > 0 {
+		// A conversation forced off its account goes where the other
+		// conversations will need the room least, so it is not moved
+		// again soon (docs/PERFORMANCE.md). Counting the live bindings
+		// costs only the requests that move, which are few.
+		bi, btier = s.best(v, req, now, s.affinity.Load(req.AffinityKey))
 	}
 	if bi > 0 {
 		why := WhyBestScore
@@ -401,6 +408,13 @@ func score(e *entry, nowNS int64, head float64, offset float64, fam string) floa
 	}
 	return sc
 }
+
+// movedRoomWeight is the weight, for a conversation forced off its
+// account, of the room an account would have for it: its quota headroom
+// shared with the conversations already bound to it (itself counted).
+// It outweighs spreading and expiring, so the moved conversation lands
+// where it is least likely to be moved again.
+const movedRoomWeight = 2.0
 
 // expiringWeight is the weight of expiring in score, beside health's 0.35
 // and idle time's 0.3.
@@ -598,7 +612,7 @@ func (s *Selector) NextFor(req *Request) (int, string) {
 		}
 		return 0, "the pinned account cannot serve now; the proxy answers 503 until it can (or run \"rotor unpin\")"
 	}
-	i, tier := s.best(v, req, now)
+	i, tier := s.best(v, req, now, nil)
 	switch {
 	case i == 0:
 		return 0, "no account can serve now"
@@ -612,10 +626,12 @@ func (s *Selector) NextFor(req *Request) (int, string) {
 
 // best returns the 1-based index of the best-scoring usable account not yet
 // attempted, from the best tier any is in (quota left, then deferred,
-// then on credits), and that tier; 0 if none. It runs for every request:
+// then on credits), and that tier; 0 if none. load, when not nil, is the
+// live conversations bound to each account, for a conversation that had
+// to move (see movedRoomWeight). It runs for every request:
 // it reads the entries' derived integers, and judges no account in full.
 // Callers hold rt.mu.
-func (s *Selector) best(v *view, req *Request, now time.Time) (int, int) {
+func (s *Selector) best(v *view, req *Request, now time.Time, load map[string]int) (int, int) {
 	bi, bt := 0, 0
 	var bs float64
 	nowNS := now.UnixNano()
@@ -636,6 +652,9 @@ func (s *Selector) best(v *view, req *Request, now time.Time) (int, int) {
 			continue
 		}
 		sc := score(e, nowNS, head, v.offset[i], fam)
+		if load != nil {
+			sc += movedRoomWeight * head / float64(1+load[a.ID])
+		}
 		if bi == 0 || t < bt || (t == bt && sc > bs) {
 			bi, bs, bt = i+1, sc, t
 		}

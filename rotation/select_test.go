@@ -364,6 +364,27 @@ func TestAffinityKeepsAConversationOnItsAccount(t *testing.T) {
 	}
 }
 
+// A conversation forced off its account goes to the account the other
+// running conversations leave the most room on, even against a better
+// score, so it is not moved again soon (docs/PERFORMANCE.md).
+func TestAMovedConversationGoesWhereOthersNeedTheRoomLeast(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3)
+	f.sel.Bind("s:moving", f.id(1))
+	for i := range 4 {
+		f.sel.Bind(fmt.Sprintf("s:busy-%d", i), f.id(2))
+	}
+	f.rt.Success(f.id(3), 200) // just used: loses on score to account 2
+	if i, _ := f.sel.NextFor(&Request{}); i != 2 {
+		t.Fatalf("a new conversation would go to %d, want 2 (the test's premise)", i)
+	}
+	f.rt.Cooldown(f.id(1), CooldownServerError, ServerErrorCooldown)
+	c, ref := f.sel.Pick(&Request{AffinityKey: "s:moving"})
+	if ref != nil || c.Index != 3 || !c.Moved {
+		t.Fatalf("moved conversation picked %+v (refusal %+v), want account 3, moved", c, ref)
+	}
+}
+
 func TestAttemptedAccountsAreSkipped(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3)
