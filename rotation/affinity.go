@@ -101,11 +101,20 @@ func (a *Affinity) Len() int {
 	return len(a.m)
 }
 
-// Load counts the live bindings per account id, leaving out key.
+// maxLoadScan is the most bindings Load counts: it runs under the
+// selector's lock, so a table larger than this (a busy proxy) is not
+// walked for a moved conversation's sake, and Load says nothing.
+const maxLoadScan = 4096
+
+// Load counts the live bindings per account id, leaving out key; nil
+// when the table holds more than maxLoadScan bindings.
 func (a *Affinity) Load(except string) map[string]int {
 	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.m) > maxLoadScan {
+		return nil
+	}
 	n := make(map[string]int)
 	for k, b := range a.m {
 		if k != except && b.gen == a.gen && now.Sub(b.at) <= a.ttl {

@@ -314,8 +314,11 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 		// A conversation forced off its account goes where the other
 		// conversations will need the room least, so it is not moved
 		// again soon (docs/PERFORMANCE.md). Counting the live bindings
-		// costs only the requests that move, which are few.
-		bi, btier = s.best(v, req, now, s.affinity.Load(req.AffinityKey))
+		// costs only the requests that move, which are few, and only
+		// while the table is small (Load is nil past maxLoadScan).
+		if load := s.affinity.Load(req.AffinityKey); load != nil {
+			bi, btier = s.best(v, req, now, load)
+		}
 	}
 	if bi > 0 {
 		why := WhyBestScore
