@@ -23,6 +23,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/coding"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -259,7 +260,7 @@ const shapeSize = 2 << 20
 // shapeRequest is body read as request.read reads it, for op.
 func shapeRequest(b *testing.B, op op, body []byte) *request {
 	r := &request{op: op, body: body, model: "gpt-5", header: new(fasthttp.RequestHeader)}
-	if !scanBody(body, &r.scan) {
+	if !jsonscan.Scan(body, &r.scan) {
 		b.Fatal("shape is not valid JSON")
 	}
 	return r

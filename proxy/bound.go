@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
 // Account-bound content (docs/codex.md). The ChatGPT backend lets only the
@@ -109,7 +111,8 @@ func (m *mints) learnOutput(answer []byte, account string) {
 	})
 }
 
-var encryptedKey = []byte(`"encrypted_content"`)
+// encryptedKey is the key of a blob, as jsonscan.Scan finds it.
+var encryptedKey = []byte(jsonscan.BlobKey)
 
 // compactionTypes are the item types that carry a conversation's earlier
 // context, summarized by the account that compacted it.
@@ -197,16 +200,16 @@ func (s *Server) unbind(r *request, account string, body []byte, redo func(blob 
 
 // mayBeForeign reports whether body, going to account, may carry a blob
 // account must not be sent; false is certain, true is for unbind to look
-// at item by item. Over HTTP it looks only at the blobs scanBody noted in
-// r's body (an edited body's items are the client's, unchanged), and at
-// none while no other account has minted anything: an API-key pool, or a
-// body without blobs, costs no search at all. A socket's body may carry
+// at item by item. Over HTTP it looks only at the blobs jsonscan.Scan
+// noted in r's body (an edited body's items are the client's, unchanged),
+// and at none while no other account has minted anything: an API-key
+// pool, or a body without blobs, costs no search at all. A socket's body may carry
 // the conversation the socket remembers in front, which no scan saw.
 func (s *Server) mayBeForeign(r *request, account string, body []byte) bool {
 	switch {
 	case r.socket != nil:
 		return bytes.Contains(body, encryptedKey)
-	case len(r.scan.blobs) == 0:
+	case len(r.scan.Blobs) == 0:
 		return false
 	case r.unbindAll:
 		return true
@@ -214,14 +217,14 @@ func (s *Server) mayBeForeign(r *request, account string, body []byte) bool {
 		return false
 	}
 	in, ok := r.memberAt("input")
-	if !ok || r.body[in.valStart] != '[' {
+	if !ok || r.body[in.ValStart] != '[' {
 		return false
 	}
-	for _, b := range r.scan.blobs {
-		if b.start < in.valStart || b.end > in.end || r.body[b.start] != '"' {
+	for _, b := range r.scan.Blobs {
+		if b.Start < in.ValStart || b.End > in.End || r.body[b.Start] != '"' {
 			continue // not in an input item, or not a string: not a blob
 		}
-		if s.foreign(r, account, stringAt(r.body, b.start, b.end)) {
+		if s.foreign(r, account, jsonscan.StringAt(r.body, b.Start, b.End)) {
 			return true
 		}
 	}
@@ -286,7 +289,7 @@ func (s *Server) disown(r *request) {
 	if r.encoded || !bytes.Contains(r.body, encryptedKey) && r.prior == nil {
 		return
 	}
-	mark(viewField(r.body, "input"))
+	mark(jsonscan.Get(r.body, "input"))
 	if r.prior != nil {
 		for _, p := range r.prior.parts {
 			if bytes.Contains(p, encryptedKey) {

@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
@@ -25,7 +26,7 @@ const boundBody = `{"model":"gpt-5-codex","input":[` +
 // scannedRequest is a request for body, read as the forward loop reads it.
 func scannedRequest(body []byte) *request {
 	r := &request{header: new(fasthttp.RequestHeader), body: body}
-	scanBody(body, &r.scan)
+	jsonscan.Scan(body, &r.scan)
 	return r
 }
 
@@ -150,10 +151,10 @@ func TestEachAccountIsShownItsOwnInstallationID(t *testing.T) {
 
 func TestFrameMetadataBecomesHeadersOverHTTP(t *testing.T) {
 	frame := []byte(`{"type":"response.create","model":"gpt-5.6","client_metadata":{"ws_request_header_x_openai_internal_codex_responses_lite":"true","ws_request_header_bad name":"x","ws_request_header_x_evil":"a\r\nb","other":"kept"},"input":[]}`)
-	var sc scanned
-	scanBody(frame, &sc)
+	var sc jsonscan.Scanned
+	jsonscan.Scan(frame, &sc)
 	h := new(fasthttp.RequestHeader)
-	body := rewriteFrame(frame, sc.members, nil, h)
+	body := rewriteFrame(frame, sc.Members, nil, h)
 	if string(h.Peek(liteHeader)) != "true" || len(h.Peek("x-evil")) != 0 || len(h.Peek("bad name")) != 0 {
 		t.Errorf("headers: %s", h.Header())
 	}
@@ -165,7 +166,7 @@ func TestFrameMetadataBecomesHeadersOverHTTP(t *testing.T) {
 func TestLiteRequestsAreNotEdited(t *testing.T) {
 	body := []byte(`{"model":"gpt-5.6","instructions":"","max_output_tokens":5,"reasoning":{"context":"all_turns"},"input":[{"type":"additional_tools","tools":[]}]}`)
 	r := &request{op: opResponses, header: new(fasthttp.RequestHeader), body: body}
-	scanBody(body, &r.scan)
+	jsonscan.Scan(body, &r.scan)
 	got, form, err := chatgptAdapter{}.body(r)
 	if err != nil || form != formAsIs || !bytes.Equal(got, body) {
 		t.Errorf("a Lite request was edited: %s (form %v, err %v)", got, form, err)

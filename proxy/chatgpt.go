@@ -14,6 +14,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/chat"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
 // chatgptAdapter serves ChatGPT accounts through the Codex backend (docs/selection.md, docs/accounts.md): it only streams, does not store, rejects a few parameters
@@ -122,10 +123,10 @@ func lite(r *request) bool {
 	}
 	in := r.inputArray()
 	if head := in[:min(len(in), 256)]; bytes.Contains(head, []byte("additional_tools")) &&
-		viewField(in, "0.type").Str == "additional_tools" {
+		jsonscan.Get(in, "0.type").Str == "additional_tools" {
 		return true
 	}
-	return viewField(r.member("reasoning"), "context").Str == "all_turns"
+	return jsonscan.Get(r.member("reasoning"), "context").Str == "all_turns"
 }
 
 // DroppedForChatGPT are the request parameters the ChatGPT Codex backend
@@ -145,39 +146,39 @@ var DroppedForChatGPT = []string{
 // body that needs nothing (Codex CLI's) is returned as is, byte for byte;
 // any other is edited in one pass over its top-level members, keeping
 // every byte of the members it does not touch as the client sent them.
-func chatgptBody(body []byte, s *scanned) (out []byte, assemble bool, err error) {
-	if !s.object {
+func chatgptBody(body []byte, s *jsonscan.Scanned) (out []byte, assemble bool, err error) {
+	if !s.Object {
 		return nil, false, errNotObject
 	}
 	var stream, store, instr bool
 	changed := false
-	for i := range s.members {
-		m := &s.members[i]
-		m.edit = keep
-		switch k, v := m.key(body), body[m.valStart:m.end]; {
+	var buf [jsonscan.TopMembers]edit
+	edits := editsFor(&buf, len(s.Members))
+	for i, m := range s.Members {
+		switch k, v := m.Key(body), body[m.ValStart:m.End]; {
 		case k == "stream":
 			stream = string(v) == "true"
 			if !stream {
-				m.edit = setTrue
+				edits[i] = setTrue
 			}
 		case k == "store":
 			store = true
 			if string(v) != "false" {
-				m.edit = setFalse
+				edits[i] = setFalse
 			}
 		case k == "instructions":
 			// "instructions":null is as missing: the backend wants a string.
 			instr = true
 			if string(v) == "null" {
-				m.edit = setEmptyString
+				edits[i] = setEmptyString
 			}
 		case slices.Contains(DroppedForChatGPT, k):
-			m.edit = drop
+			edits[i] = drop
 		}
-		changed = changed || m.edit != keep
+		changed = changed || edits[i] != keep
 	}
 	var add []byte
-	if !stream && !slices.ContainsFunc(s.members, func(m member) bool { return m.edit == setTrue }) {
+	if !stream && !slices.Contains(edits, setTrue) {
 		add = append(add, `"stream":true,`...)
 	}
 	if !store {
@@ -189,38 +190,66 @@ func chatgptBody(body []byte, s *scanned) (out []byte, assemble bool, err error)
 	if !changed && len(add) == 0 {
 		return body, false, nil
 	}
-	return splice(body, s.members, bytes.TrimSuffix(add, []byte(","))), !stream, nil
+	return splice(body, s.Members, edits, bytes.TrimSuffix(add, []byte(","))), !stream, nil
 }
 
 var errNotObject = errors.New("request body is not a JSON object")
 
-// splice writes the object at obj in body with its members edited and add
-// (encoded members, comma-separated) appended. Between two members that
-// stay neighbours, and around the object, the client's bytes are kept.
-func splice(body []byte, ms []member, add []byte) []byte {
+// edit is a change the ChatGPT rewrite (or a frame's, rewriteFrame)
+// makes to a member. It is a small number rather than the new bytes
+// themselves: every request carries a table of members, and the few
+// values the rewrite writes are constants.
+type edit uint8
+
+const (
+	keep edit = iota
+	drop
+	setTrue
+	setFalse
+	setEmptyString
+)
+
+// editValues are the values the set edits write.
+var editValues = [...]string{setTrue: "true", setFalse: "false", setEmptyString: `""`}
+
+// editsFor is a table of n edits, one for each member of a scan by its
+// index, all keep: buf, a zero array on the caller's stack, when the
+// members are as few as a scan keeps without allocating.
+func editsFor(buf *[jsonscan.TopMembers]edit, n int) []edit {
+	if n > len(buf) {
+		return make([]edit, n)
+	}
+	return buf[:n]
+}
+
+// splice writes the object at obj in body with its members ms edited as
+// edits says (one for each, in order) and add (encoded members,
+// comma-separated) appended. Between two members that stay neighbours,
+// and around the object, the client's bytes are kept.
+func splice(body []byte, ms []jsonscan.Member, edits []edit, add []byte) []byte {
 	obj := bytes.IndexByte(body, '{')
 	out := make([]byte, 0, len(body)+len(add)+16)
 	out = append(out, '{')
 	last, wrote := obj+1, false // last: end of the last member written, or the object's start
 	adjacent := true            // nothing dropped since last
-	for _, m := range ms {
-		if m.edit == drop {
+	for i, m := range ms {
+		if edits[i] == drop {
 			adjacent = false
 			continue
 		}
 		switch {
 		case adjacent:
-			out = append(out, body[last:m.start]...) // the client's separator, comma and all
+			out = append(out, body[last:m.Start]...) // the client's separator, comma and all
 		case wrote:
 			out = append(out, ',')
 		}
-		out = append(out, body[m.start:m.valStart]...)
-		if m.edit != keep {
-			out = append(out, editValues[m.edit]...)
+		out = append(out, body[m.Start:m.ValStart]...)
+		if edits[i] != keep {
+			out = append(out, editValues[edits[i]]...)
 		} else {
-			out = append(out, body[m.valStart:m.end]...)
+			out = append(out, body[m.ValStart:m.End]...)
 		}
-		last, wrote, adjacent = m.end, true, true
+		last, wrote, adjacent = m.End, true, true
 	}
 	if len(add) > 0 {
 		if wrote {

@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -164,7 +165,7 @@ func TestDerivedAffinityKeepsThePromptCache(t *testing.T) {
 func derivedKey(t *testing.T, op op, body string) string {
 	t.Helper()
 	r := &request{op: op, body: []byte(body), model: "gpt-5"}
-	if !scanBody(r.body, &r.scan) {
+	if !jsonscan.Scan(r.body, &r.scan) {
 		t.Fatalf("not JSON: %.100s", body)
 	}
 	return derivedAffinity(r)
@@ -207,7 +208,7 @@ func TestDerivedKeyBoundedPrefix(t *testing.T) {
 	}
 }
 
-// The elements scanBody notes stand in for a walk of the conversation:
+// The elements jsonscan.Scan notes stand in for a walk of the conversation:
 // the key is the same with them as without, however far into the
 // conversation the first user message is, and whatever comes before it.
 func TestDerivedKeyFromNotedTurns(t *testing.T) {
@@ -221,11 +222,11 @@ func TestDerivedKeyFromNotedTurns(t *testing.T) {
 		items = append(items, `{"content":[{"type":"input_text","text":"hi"}],"role":"user"}`, `{"role":"user","content":"later"}`)
 		body := `{"model":"gpt-5","input":[` + strings.Join(items, ", ") + `],"messages":[]}`
 		r := &request{op: opResponses, body: []byte(body), model: "gpt-5"}
-		if !scanBody(r.body, &r.scan) {
+		if !jsonscan.Scan(r.body, &r.scan) {
 			t.Fatal("not JSON")
 		}
 		noted := derivedAffinity(r)
-		r.scan.nturns = 0 // as if nothing were noted: eachItem walks it all
+		r.scan.NTurns = 0 // as if nothing were noted: jsonscan.EachItem walks it all
 		walked := derivedAffinity(r)
 		if noted == "" || noted != walked {
 			t.Errorf("%d developer messages first: key %q from the noted turns, %q walked", before, noted, walked)

@@ -9,12 +9,46 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
 // rotor edits a client's body in three places: docs/accounts.md's rewrite for a
 // ChatGPT account, docs/codex.md's removal of what another account minted, and a
 // socket's response.create made into a request. Whatever the client sent,
 // what goes upstream must still be JSON and mean what the edit says.
+
+// scanSeeds are bodies of every shape a scan meets, valid or not: the
+// seeds of jsonscan's FuzzScanBody, which the edits start from too.
+var scanSeeds = []string{
+	``, ` `, `{}`, `[]`, `""`, `0`, `-0`, `01`, `1.`, `.5`, `1e`, `1e+5`, `-1.25E-3`, `+1`,
+	`true`, `tru`, `nul`, `null `, ` false`, `{"a":1,}`, `[1,]`, `[,1]`, `{"a" 1}`, `{a:1}`,
+	`{"a":1}{"b":2}`, `"\u00e9"`, `"\u00g9"`, `"\x"`, "\"a\tb\"", "[\"\x01\"]", "\x01", "{\"a\":1}\x00", `"\/\b\f\n\r\t\"\\"`,
+	`"unterminated`, `"12345678901234567\"890"`, `["abcdefgh\\","ijklmnop"]`,
+	`{"model":"gpt-5","input":[{"role":"user","content":"hi"}],"stream":true}`,
+	"{\"k\\u0065y\":\"v\\n\", \"n\":[1,2,{\"x\":null}]}\n", `{"a":{"b":{"c":[[[]]]}}}`,
+	// Conversations: more elements than a scan notes, a role after the
+	// content, a role that is not a string, a second conversation key.
+	`{"messages":[1,"a",{"role":"system"},{},[],null,true,{"content":"x","role":"user"},{"role":2},{"role":"user"}],"input":[{"role":"user"}]}`,
+	`{"input":"one turn","messages":[{"content":{"a":"\"role\""},"role":"developer"}]}`, `{"input":[]}`,
+	"\"caf\xc3\xa9\"", `"aaaaaaaaaaaaaaaaaaaaaa\"\u00e9bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\\"`, `"aaaaaaaaaaaaaaaaaaaaaaaaaa\`, `[1 2]`, `{"a":1 "b":2}`, `{"":""}`, `[-]`, `[1e5.0]`,
+}
+
+// chatgptRewrite is chatgptBody on a body read the way the handler reads it.
+func chatgptRewrite(body []byte) ([]byte, bool, error) {
+	var s jsonscan.Scanned
+	if !jsonscan.Scan(body, &s) {
+		return nil, false, errNotObject
+	}
+	return chatgptBody(body, &s)
+}
+
+// fieldsOf is readFields on a body read the way the handler reads it.
+func fieldsOf(body []byte) bodyFields {
+	var s jsonscan.Scanned
+	jsonscan.Scan(body, &s)
+	return readFields(body, s.Members)
+}
 
 var editSeeds = []string{
 	`{"model":"gpt-5","input":"hi"}`,
@@ -42,9 +76,9 @@ func editCorpus(f *testing.F) {
 // editable scans body as the handler does and reports whether it is a
 // JSON object that encoding/json agrees is valid: the scan lets raw
 // control characters in strings through, and so would what is made of it.
-func editable(body []byte) (*scanned, bool) {
-	s := new(scanned)
-	if !scanBody(body, s) || !s.object || !json.Valid(body) {
+func editable(body []byte) (*jsonscan.Scanned, bool) {
+	s := new(jsonscan.Scanned)
+	if !jsonscan.Scan(body, s) || !s.Object || !json.Valid(body) {
 		return nil, false
 	}
 	return s, true
@@ -98,7 +132,7 @@ func FuzzChatgptBody(f *testing.F) {
 			t.Errorf("chatgptBody(%q): assemble %v for stream %q", body, assemble, in["stream"])
 		}
 		if sameMembers(in, want) &&
-			len(s.members) == len(in) && !bytes.Equal(out, body) {
+			len(s.Members) == len(in) && !bytes.Equal(out, body) {
 			t.Errorf("chatgptBody(%q) = %q: a body that needs nothing was changed", body, out)
 		}
 	})
@@ -170,12 +204,12 @@ func FuzzRewriteFrame(f *testing.F) {
 		if !ok {
 			return
 		}
-		if out := rewriteFrame(frame, s.members, nil, nil); !bytes.Equal(out, frame) {
+		if out := rewriteFrame(frame, s.Members, nil, nil); !bytes.Equal(out, frame) {
 			t.Fatalf("rewriteFrame(%q) with nothing to change = %q", frame, out)
 		}
 		in := lastWins(t, frame)
 		for _, hdr := range []*fasthttp.RequestHeader{nil, new(fasthttp.RequestHeader)} {
-			out := rewriteFrame(frame, s.members, whole, hdr)
+			out := rewriteFrame(frame, s.Members, whole, hdr)
 			want := maps.Clone(in)
 			for k := range want {
 				if k == "previous_response_id" || hdr != nil && (k == "type" || k == "generate" || frameHeader(k)) {

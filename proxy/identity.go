@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
 // One identity per account (docs/codex.md). Codex names its installation with
@@ -70,7 +72,7 @@ func (r *request) installation() string {
 		if v := r.header.Peek(installationHeader); len(v) > 0 {
 			r.installationID = string(v)
 		} else if meta := r.member("client_metadata"); len(meta) > 0 {
-			r.installationID = strings.Clone(viewField(meta, installationHeader).Str)
+			r.installationID = strings.Clone(jsonscan.Get(meta, installationHeader).Str)
 		}
 		if len(r.installationID) < minInstallationID {
 			r.installationID = ""

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
@@ -127,11 +128,11 @@ func compactionSource(r *request) (src compactSource, ok bool) {
 		if r.prior == nil && gjson.GetBytes(r.frame, "previous_response_id").Str != "" {
 			return src, false // the socket's upstream had the rest
 		}
-		var sc scanned
-		scanBody(r.frame, &sc)
-		body = rewriteFrame(r.frame, sc.members, r.wholeInput(), new(fasthttp.RequestHeader))
+		var sc jsonscan.Scanned
+		jsonscan.Scan(r.frame, &sc)
+		body = rewriteFrame(r.frame, sc.Members, r.wholeInput(), new(fasthttp.RequestHeader))
 	}
-	input := viewField(body, "input").Array()
+	input := jsonscan.Get(body, "input").Array()
 	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
 		return src, false
 	}
@@ -167,7 +168,7 @@ func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *sec
 	if m := gjson.GetBytes(src.body, "client_metadata"); m.IsObject() {
 		metadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
 	}
-	scanBody(src.body, &cr.scan)
+	jsonscan.Scan(src.body, &cr.scan)
 	ans, f := s.send(cr, ad, a, sec)
 	log := s.deps.Log.Info().Str("request_id", r.id).Str("account_id", a.ID)
 	if f != nil {

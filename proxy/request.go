@@ -16,6 +16,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/coding"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
 // request is one client request on its way through the forward loop:
@@ -42,7 +43,7 @@ type request struct {
 	// a coding rotor cannot read, and so opaque), the model and the
 	// affinity key.
 	encoded     bool
-	scan        scanned
+	scan        jsonscan.Scanned
 	chat        chat.Request // op == opChat
 	codexClient bool         // a models request from Codex CLI: it gets the catalog as is
 	// codexCatalog: Codex's catalog is asked for and a ChatGPT account
@@ -181,22 +182,22 @@ func (r *request) read(maxBody int) *rerr.Spec {
 	case r.op == opModels:
 		r.codexClient = hasQueryArg(r.query, "client_version")
 	case r.encoded:
-	case !scanBody(r.body, &r.scan):
+	case !jsonscan.Scan(r.body, &r.scan):
 		return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not valid JSON"}
 	case r.op == opChat:
 		var err error
-		if !r.scan.object {
+		if !r.scan.Object {
 			return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "request body is not a JSON object"}
 		}
 		// From the scan's members: no second walk of the messages.
-		if r.chat, err = chat.ParseMembers(r.scan.each(r.body)); err != nil {
+		if r.chat, err = chat.ParseMembers(r.scan.Each(r.body)); err != nil {
 			return &rerr.Spec{Code: rerr.ProxyBadRequest, Message: err.Error()}
 		}
 		r.model = r.chat.Model
 		f.promptCacheKey = r.chat.PromptCacheKey // read by chat.ParseMembers
-		r.tier = strings.Clone(readFields(r.body, r.scan.members).tier)
+		r.tier = strings.Clone(readFields(r.body, r.scan.Members).tier)
 	default:
-		f = readFields(r.body, r.scan.members)
+		f = readFields(r.body, r.scan.Members)
 		r.model = strings.Clone(f.model) // outlives the pooled body in logs
 		r.tier = strings.Clone(f.tier)
 	}
@@ -259,7 +260,7 @@ func derivedAffinity(r *request) string {
 	if r.encoded || r.op != opResponses && r.op != opChat && r.op != opCompact {
 		return ""
 	}
-	// The members as scanBody found them: no second walk over a body of
+	// The members as jsonscan.Scan found them: no second walk over a body of
 	// megabytes, and nothing read past the first user message.
 	var turns []byte
 	if r.op == opChat {
@@ -280,7 +281,7 @@ func derivedAffinity(r *request) string {
 	// that is not a system or developer message does not count.
 	user := false
 	visit := func(item []byte) bool {
-		switch roleOf(item) {
+		switch jsonscan.RoleOf(item) {
 		case "system", "developer":
 			digestBounded(h, item)
 		case "user":
@@ -298,21 +299,21 @@ func derivedAffinity(r *request) string {
 }
 
 // eachTurn calls fn with each element of turns, the body's conversation,
-// until fn returns false: the elements scanBody noted first, with no walk
-// at all, then, past them, as eachItem walks them.
+// until fn returns false: the elements jsonscan.Scan noted first, with no walk
+// at all, then, past them, as jsonscan.EachItem walks them.
 func eachTurn(r *request, turns []byte, fn func(item []byte) bool) {
 	sc := &r.scan
-	if sc.nturns == 0 || &r.body[sc.turnsOf.start] != &turns[0] {
-		eachItem(turns, 0, fn)
+	if sc.NTurns == 0 || &r.body[sc.Conversation.Start] != &turns[0] {
+		jsonscan.EachItem(turns, 0, fn)
 		return
 	}
-	for _, t := range sc.turns[:sc.nturns] {
-		if !fn(r.body[t.start:t.end]) {
+	for _, t := range sc.Turns[:sc.NTurns] {
+		if !fn(r.body[t.Start:t.End]) {
 			return
 		}
 	}
-	if !sc.turnsAll {
-		eachItem(turns, sc.turns[sc.nturns-1].end-sc.turnsOf.start, fn)
+	if !sc.AllTurns {
+		jsonscan.EachItem(turns, sc.Turns[sc.NTurns-1].End-sc.Conversation.Start, fn)
 	}
 }
 
@@ -340,20 +341,20 @@ func digestBounded(h hash.Hash, v []byte) {
 // first, if repeated), nil when the body has none or is not an object.
 func (r *request) member(key string) []byte {
 	if m, ok := r.memberAt(key); ok {
-		return r.body[m.valStart:m.end]
+		return r.body[m.ValStart:m.End]
 	}
 	return nil
 }
 
 // memberAt is where the body's top-level member key is (the first, if
 // repeated); ok is false when the body has none.
-func (r *request) memberAt(key string) (member, bool) {
-	for _, m := range r.scan.members {
-		if m.key(r.body) == key {
+func (r *request) memberAt(key string) (jsonscan.Member, bool) {
+	for _, m := range r.scan.Members {
+		if m.Key(r.body) == key {
 			return m, true
 		}
 	}
-	return member{}, false
+	return jsonscan.Member{}, false
 }
 
 // inputArray is the body's input when it is an array of items, nil for a
@@ -376,11 +377,11 @@ type bodyFields struct {
 
 // readFields reads bodyFields from a body's top-level members. Of
 // repeated keys the first counts, as with gjson.Get.
-func readFields(body []byte, ms []member) bodyFields {
+func readFields(body []byte, ms []jsonscan.Member) bodyFields {
 	var f bodyFields
 	for _, m := range ms {
 		var dst *string
-		switch m.key(body) {
+		switch m.Key(body) {
 		case "model":
 			dst = &f.model
 		case "prompt_cache_key":
@@ -391,7 +392,7 @@ func readFields(body []byte, ms []member) bodyFields {
 			dst = &f.tier
 		}
 		if dst != nil && *dst == "" {
-			*dst, _ = m.str(body)
+			*dst, _ = m.Str(body)
 		}
 	}
 	return f

@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -454,7 +455,7 @@ func delMeterHeaders(h *fasthttp.ResponseHeader) {
 // the SSE bytes b.
 func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
-		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && viewField(data, "type").Str == "codex.rate_limits" {
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && jsonscan.Get(data, "type").Str == "codex.rate_limits" {
 			if q := quotaFromEvent(now, data); q != nil {
 				set(q)
 			}
@@ -537,9 +538,9 @@ func rewriteRateLimits(b []byte, u usageLimits) []byte {
 	for len(b) > 0 {
 		line, rest, _ := bytes.Cut(b, []byte{'\n'})
 		b = rest
-		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && viewField(data, "type").Str == "codex.rate_limits" {
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && jsonscan.Get(data, "type").Str == "codex.rate_limits" {
 			limits := main
-			if fam := rotation.NormalizeFamily(cmp.Or(viewField(data, "metered_limit_name").Str, viewField(data, "limit_name").Str)); fam != rotation.MainFamily {
+			if fam := rotation.NormalizeFamily(cmp.Or(jsonscan.Get(data, "metered_limit_name").Str, jsonscan.Get(data, "limit_name").Str)); fam != rotation.MainFamily {
 				limits = nil // a family the pool does not show: left as the account told it
 				for i := range u.Additional {
 					if u.Additional[i].MeteredFeature == fam {

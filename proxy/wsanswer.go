@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
@@ -177,15 +178,15 @@ type frameFields struct {
 	input            []byte // the input array's items, comma-separated
 }
 
-func readFrame(frame []byte, ms []member) frameFields {
+func readFrame(frame []byte, ms []jsonscan.Member) frameFields {
 	var f frameFields
 	for _, m := range ms {
-		v := frame[m.valStart:m.end]
-		switch m.key(frame) {
+		v := frame[m.ValStart:m.End]
+		switch m.Key(frame) {
 		case "generate":
 			f.noGenerate = string(v) == "false"
 		case "previous_response_id":
-			f.previousResponse, _ = m.str(frame)
+			f.previousResponse, _ = m.Str(frame)
 		case "input":
 			if v[0] == '[' {
 				f.inputArray, f.input = true, bytes.TrimSpace(v[1:len(v)-1])
@@ -201,12 +202,12 @@ func readFrame(frame []byte, ms []member) frameFields {
 // stands for, and the frame with the conversation in full, are made only
 // when an attempt needs them (request.asHTTP, sendFrame).
 func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
-	var sc scanned
-	if !scanBody(frame, &sc) || !sc.object {
+	var sc jsonscan.Scanned
+	if !jsonscan.Scan(frame, &sc) || !sc.Object {
 		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "frame is not a valid JSON object"}, nil)
 		return
 	}
-	f := readFrame(frame, sc.members)
+	f := readFrame(frame, sc.Members)
 	if f.noGenerate {
 		sk.warmUp(w, r, f)
 		return
@@ -250,11 +251,11 @@ func (r *request) asHTTP() {
 	if r.socket == nil || r.httpForm {
 		return
 	}
-	var sc scanned
-	scanBody(r.frame, &sc)
-	r.body = rewriteFrame(r.frame, sc.members, r.wholeInput(), r.header)
+	var sc jsonscan.Scanned
+	jsonscan.Scan(r.frame, &sc)
+	r.body = rewriteFrame(r.frame, sc.Members, r.wholeInput(), r.header)
 	r.httpForm = true
-	scanBody(r.body, &r.scan) // what the adapters' edits read
+	jsonscan.Scan(r.body, &r.scan) // what the adapters' edits read
 }
 
 // rewriteFrame is a response.create frame with the named exchange's items
@@ -262,34 +263,34 @@ func (r *request) asHTTP() {
 // With hdr set it is the body of POST /responses instead: without the
 // frame's type, streamed, and with the members a frame carries in place
 // of headers moved to hdr.
-func rewriteFrame(frame []byte, ms []member, whole []byte, hdr *fasthttp.RequestHeader) []byte {
+func rewriteFrame(frame []byte, ms []jsonscan.Member, whole []byte, hdr *fasthttp.RequestHeader) []byte {
 	var add []byte
 	stream := false
-	for i := range ms {
-		m := &ms[i]
-		m.edit = keep
-		switch k := m.key(frame); {
+	var buf [jsonscan.TopMembers]edit
+	edits := editsFor(&buf, len(ms))
+	for i, m := range ms {
+		switch k := m.Key(frame); {
 		case hdr == nil:
 			if whole != nil && (k == "previous_response_id" || k == "input") {
-				m.edit = drop
+				edits[i] = drop
 			}
 		case k == "type", k == "generate":
-			m.edit = drop
+			edits[i] = drop
 		case frameHeader(k):
-			m.edit = drop
-			if v, ok := m.str(frame); ok {
+			edits[i] = drop
+			if v, ok := m.Str(frame); ok {
 				hdr.Set(k, v)
 			}
 		case k == "client_metadata":
-			metadataHeaders(frame[m.valStart:m.end], hdr)
+			metadataHeaders(frame[m.ValStart:m.End], hdr)
 		case k == "stream":
 			stream = true
-			if string(frame[m.valStart:m.end]) != "true" {
-				m.edit = setTrue
+			if string(frame[m.ValStart:m.End]) != "true" {
+				edits[i] = setTrue
 			}
 		case k == "previous_response_id", k == "input":
 			if whole != nil {
-				m.edit = drop
+				edits[i] = drop
 			}
 		}
 	}
@@ -305,7 +306,7 @@ func rewriteFrame(frame []byte, ms []member, whole []byte, hdr *fasthttp.Request
 	if hdr == nil && whole == nil {
 		return frame
 	}
-	return splice(frame, ms, add)
+	return splice(frame, ms, edits, add)
 }
 
 // wsHeaderPrefix marks a client_metadata member that stands for a request

@@ -6,6 +6,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
 // FuzzFrameBody holds the frame reader to its promise for any frame a
@@ -18,15 +20,15 @@ func FuzzFrameBody(f *testing.F) {
 	f.Add([]byte(`{"type":"response.create","stream":false,"previous_response_id":"resp_1","input":[ 1 , 2 ],"x-codex-window-id":"w","session_id":"s"}`), []byte(`3`))
 	f.Add([]byte(` { "input" : "text" , "type":"response.create"} `), []byte(`{}`))
 	f.Add([]byte(`{"input":[{"a":"b"}]}`), []byte(" "))      // history of white space only
-	f.Add([]byte(`{"input":[]}`), []byte("{\"\":\"\x01\"}")) // a raw control character, which scanBody lets pass
+	f.Add([]byte(`{"input":[]}`), []byte("{\"\":\"\x01\"}")) // a raw control character, which jsonscan.Scan lets pass
 	f.Fuzz(func(t *testing.T, frame, prior []byte) {
-		// scanBody lets raw control characters in strings pass (see
-		// scanner.str): such a frame is the upstream's to refuse.
-		var sc scanned
-		if !json.Valid(frame) || !scanBody(frame, &sc) || !sc.object {
+		// jsonscan.Scan lets raw control characters in strings pass (see
+		// jsonscan's scanner.str): such a frame is the upstream's to refuse.
+		var sc jsonscan.Scanned
+		if !json.Valid(frame) || !jsonscan.Scan(frame, &sc) || !sc.Object {
 			return
 		}
-		fields := readFrame(frame, sc.members)
+		fields := readFrame(frame, sc.Members)
 		hist := []byte(nil)
 		if len(prior) > 0 && json.Valid(append(append([]byte{'['}, prior...), ']')) {
 			hist = prior
@@ -38,12 +40,12 @@ func FuzzFrameBody(f *testing.F) {
 			h.add(hist)
 			whole = h.with(fields.input)
 		}
-		if sock := rewriteFrame(frame, sc.members, whole, nil); !json.Valid(sock) ||
+		if sock := rewriteFrame(frame, sc.Members, whole, nil); !json.Valid(sock) ||
 			expand && gjson.GetBytes(sock, "previous_response_id").Exists() {
 			t.Fatalf("frame %s with history %s gave the socket frame %s", frame, prior, sock)
 		}
 		var hdr fasthttp.RequestHeader
-		body := rewriteFrame(frame, sc.members, whole, &hdr)
+		body := rewriteFrame(frame, sc.Members, whole, &hdr)
 		if !json.Valid(body) {
 			t.Fatalf("frame %s with history %s gave invalid JSON %s", frame, prior, body)
 		}

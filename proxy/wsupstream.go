@@ -19,6 +19,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -95,9 +96,9 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	if r.prior != nil && r.prior.up != sk.up {
 		// The exchange r names was not had on this upstream socket: it
 		// cannot know it, so the conversation goes up whole.
-		var sc scanned
-		scanBody(r.frame, &sc)
-		frame = rewriteFrame(r.frame, sc.members, r.wholeInput(), nil)
+		var sc jsonscan.Scanned
+		jsonscan.Scan(r.frame, &sc)
+		frame = rewriteFrame(r.frame, sc.Members, r.wholeInput(), nil)
 	}
 	frame = s.forAccount(r, ad, a, sec, frame)
 	conn := sk.up.conn

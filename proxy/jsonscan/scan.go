@@ -1,4 +1,4 @@
-package proxy
+package jsonscan
 
 import (
 	"bytes"
@@ -10,91 +10,74 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// A request body is read once: scanBody validates it as JSON and, in the
-// same pass, notes where each top-level member of an object begins and
-// ends. Everything rotor later reads from the body (model, affinity keys)
-// or edits in it (the ChatGPT rewrite) comes from those notes, so a long
-// session's megabytes of history are walked one time, not once per field.
-
-// member is one top-level member of a JSON object: its key (quotes
-// included) spans start to keyEnd, its value valStart to end. edit is what
-// the ChatGPT rewrite does to it.
-type member struct {
-	start, keyEnd, valStart, end int
-	edit                         edit
+// A Member is one top-level member of a JSON object: its key (quotes
+// included) spans Start to KeyEnd, its value ValStart to End.
+type Member struct {
+	Start, KeyEnd, ValStart, End int
 }
-
-// edit is a change the ChatGPT rewrite makes to a member. It is a small
-// number rather than the new bytes themselves: every request carries a
-// table of members, and the few values the rewrite writes are constants.
-type edit uint8
-
-const (
-	keep edit = iota
-	drop
-	setTrue
-	setFalse
-	setEmptyString
-)
-
-// editValues are the values the set edits write.
-var editValues = [...]string{setTrue: "true", setFalse: "false", setEmptyString: `""`}
 
 // maxDepth bounds nesting, as encoding/json does: a body of a million '['
 // must not cost a million stack frames.
 const maxDepth = 10000
 
-// topMembers is how many members a body's scan keeps without allocating;
+// TopMembers is how many members a body's scan keeps without allocating;
 // Responses bodies have about a dozen.
-const topMembers = 24
+const TopMembers = 24
 
-// scanned is a body read by scanBody.
-type scanned struct {
-	object  bool     // the body is a JSON object
-	members []member // its top-level members, in order
-	array   [topMembers]member
-	// blobs are the values of every "encrypted_content" member in the
+// Scanned is a body read by Scan. A caller keeps one and hands it to
+// Scan again: up to TopMembers members fit in it without allocating.
+type Scanned struct {
+	Object  bool     // the body is a JSON object
+	Members []Member // its top-level members, in order
+	array   [TopMembers]Member
+	// Blobs are the values of every "encrypted_content" member in the
 	// body, at any depth: account-bound content (docs/codex.md) can only be
 	// where one is, so a body without any is never looked at for it
 	// again. A key spelled with escapes is not seen, as bytes.Contains
 	// did not see one before.
-	blobs []span
-	// turns are where the first elements of the conversation (the first
-	// "input" or "messages" member's array) are, turnsOf that member's
-	// value and turnsAll whether turns holds every element: what docs/cost.md's derived key reads, found without walking a pasted file again.
-	turns    [headTurns]span
-	nturns   int
-	turnsOf  span
-	turnsAll bool
+	Blobs []Span
+	// Turns[:NTurns] are where the first elements of the conversation
+	// (the first "input" or "messages" member's array) are, Conversation
+	// that member's value and AllTurns whether Turns holds every element:
+	// what docs/cost.md's derived key reads, found without walking a
+	// pasted file again.
+	Turns        [HeadTurns]Span
+	NTurns       int
+	Conversation Span
+	AllTurns     bool
 }
 
-// headTurns is how many of a conversation's first elements a scan notes:
+// HeadTurns is how many of a conversation's first elements a scan notes:
 // its system or developer messages and its first user message are among
 // them in every client seen.
-const headTurns = 8
+const HeadTurns = 8
 
-// span is where a value is in a body: body[start:end].
-type span struct{ start, end int }
+// A Span is where a value is in a body: body[Start:End].
+type Span struct{ Start, End int }
 
-// viewField reads path in JSON data (a request body, a frame) as
+// BlobKey is the key, quotes included, whose values Scan notes as Blobs
+// wherever it is in a body.
+const BlobKey = `"encrypted_content"`
+
+// Get reads path in JSON data (a request body, a frame) as
 // gjson.GetBytes does, without copying what it finds: it runs on bodies
 // of megabytes, where GetBytes would copy a whole history. The result
 // points into data, so nothing of it may outlive data.
-func viewField(data []byte, path string) gjson.Result {
+func Get(data []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
 }
 
-// scanBody reports whether body is one valid JSON value (RFC 8259, with
+// Scan reports whether body is one valid JSON value (RFC 8259, with
 // surrounding whitespace) and, when it is an object, records its top-level
 // members in s. History is mostly text, and str skips text fast; see
 // there for the one laxity this buys.
-func scanBody(body []byte, s *scanned) bool {
-	s.members, s.blobs = s.array[:0], s.blobs[:0]
-	s.nturns, s.turnsOf, s.turnsAll = 0, span{}, false
+func Scan(body []byte, s *Scanned) bool {
+	s.Members, s.Blobs = s.array[:0], s.Blobs[:0]
+	s.NTurns, s.Conversation, s.AllTurns = 0, Span{}, false
 	p := scanner{b: body, rec: s}
 	i := p.space(0)
 	if i < len(body) && body[i] == '{' {
-		s.object = true
+		s.Object = true
 		i = p.object(i, 0, s)
 	} else {
 		i = p.value(i, 0)
@@ -102,11 +85,11 @@ func scanBody(body []byte, s *scanned) bool {
 	return i >= 0 && p.space(i) == len(body)
 }
 
-// eachItem calls fn with each element of arr, a JSON array a scan has
+// EachItem calls fn with each element of arr, a JSON array a scan has
 // found valid, until fn returns false, from the one after from: arr's
 // opening bracket, or the end of an element. Elements are walked as
-// scanBody walks them, text at memory speed, with no gjson parse.
-func eachItem(arr []byte, from int, fn func(item []byte) bool) {
+// Scan walks them, text at memory speed, with no gjson parse.
+func EachItem(arr []byte, from int, fn func(item []byte) bool) {
 	p := scanner{b: arr}
 	i := p.space(from)
 	if i < len(arr) && (arr[i] == '[' || arr[i] == ',') {
@@ -123,10 +106,10 @@ func eachItem(arr []byte, from int, fn func(item []byte) bool) {
 	}
 }
 
-// roleOf is the role of item, a JSON object a scan has found valid (""
+// RoleOf is the role of item, a JSON object a scan has found valid (""
 // when it is not an object or has no string role). Its members are
 // walked only as far as role, which clients send before content.
-func roleOf(item []byte) string {
+func RoleOf(item []byte) string {
 	if len(item) == 0 || item[0] != '{' {
 		return ""
 	}
@@ -142,11 +125,11 @@ func roleOf(item []byte) string {
 		if end < 0 {
 			return ""
 		}
-		if stringAt(item, start, keyEnd) == "role" {
+		if StringAt(item, start, keyEnd) == "role" {
 			if item[valStart] != '"' {
 				return ""
 			}
-			return stringAt(item, valStart, end)
+			return StringAt(item, valStart, end)
 		}
 		if i = p.space(end); i < len(item) && item[i] == ',' {
 			i = p.space(i + 1)
@@ -155,18 +138,18 @@ func roleOf(item []byte) string {
 	return ""
 }
 
-// isConversationKey reports whether key (quotes included) names the
+// IsConversationKey reports whether key (quotes included) names the
 // conversation: "input" (Responses) or "messages" (Chat Completions).
-func isConversationKey(key []byte) bool {
+func IsConversationKey(key []byte) bool {
 	return string(key) == `"input"` || string(key) == `"messages"`
 }
 
 // each yields the key (unescaped) and the value as sent of every
-// top-level member s found in body, in order.
-func (s *scanned) each(body []byte) iter.Seq2[string, []byte] {
+// top-level Member s found in body, in order.
+func (s *Scanned) Each(body []byte) iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
-		for _, m := range s.members {
-			if !yield(m.key(body), body[m.valStart:m.end]) {
+		for _, m := range s.Members {
+			if !yield(m.Key(body), body[m.ValStart:m.End]) {
 				return
 			}
 		}
@@ -175,21 +158,21 @@ func (s *scanned) each(body []byte) iter.Seq2[string, []byte] {
 
 // key is m's key, unescaped. The common case (no escapes) is a view into
 // body and costs nothing.
-func (m member) key(body []byte) string {
-	return stringAt(body, m.start, m.keyEnd)
+func (m Member) Key(body []byte) string {
+	return StringAt(body, m.Start, m.KeyEnd)
 }
 
 // str is m's value when it is a string, unescaped (a view into body when
 // it has no escapes), and ok reports whether it is one.
-func (m member) str(body []byte) (v string, ok bool) {
-	if body[m.valStart] != '"' {
+func (m Member) Str(body []byte) (v string, ok bool) {
+	if body[m.ValStart] != '"' {
 		return "", false
 	}
-	return stringAt(body, m.valStart, m.end), true
+	return StringAt(body, m.ValStart, m.End), true
 }
 
-// stringAt is the JSON string body[from:to] (quotes included), unescaped.
-func stringAt(body []byte, from, to int) string {
+// StringAt is the JSON string body[from:to] (quotes included), unescaped.
+func StringAt(body []byte, from, to int) string {
 	raw := body[from+1 : to-1]
 	if bytes.IndexByte(raw, '\\') >= 0 {
 		return gjson.ParseBytes(body[from:to]).Str
@@ -205,7 +188,7 @@ func stringAt(body []byte, from, to int) string {
 // valid JSON there. rec, when set, gets the spans of the body's blobs.
 type scanner struct {
 	b   []byte
-	rec *scanned
+	rec *Scanned
 }
 
 func (p scanner) space(i int) int {
@@ -245,7 +228,7 @@ func (p scanner) value(i, depth int) int {
 
 // object scans the object at i; with s set it is the top level, and its
 // members are recorded there.
-func (p scanner) object(i, depth int, s *scanned) int {
+func (p scanner) object(i, depth int, s *Scanned) int {
 	if depth++; depth > maxDepth {
 		return -1
 	}
@@ -266,9 +249,9 @@ func (p scanner) object(i, depth int, s *scanned) int {
 			return -1
 		}
 		valStart := p.space(i + 1)
-		if s != nil && s.turnsOf.end == 0 && valStart < len(p.b) && p.b[valStart] == '[' && isConversationKey(p.b[start:keyEnd]) {
+		if s != nil && s.Conversation.End == 0 && valStart < len(p.b) && p.b[valStart] == '[' && IsConversationKey(p.b[start:keyEnd]) {
 			i = p.array(valStart, depth, s)
-			s.turnsOf = span{valStart, i}
+			s.Conversation = Span{valStart, i}
 		} else {
 			i = p.value(valStart, depth)
 		}
@@ -276,12 +259,12 @@ func (p scanner) object(i, depth int, s *scanned) int {
 			return -1
 		}
 		if s != nil {
-			s.members = append(s.members, member{start: start, keyEnd: keyEnd, valStart: valStart, end: i})
+			s.Members = append(s.Members, Member{Start: start, KeyEnd: keyEnd, ValStart: valStart, End: i})
 		}
 		// Keys are short, so comparing each costs next to nothing beside
 		// the scan itself; it saves a search of the whole body per attempt.
-		if p.rec != nil && keyEnd-start == len(encryptedKey) && string(p.b[start:keyEnd]) == string(encryptedKey) {
-			p.rec.blobs = append(p.rec.blobs, span{valStart, i})
+		if p.rec != nil && keyEnd-start == len(BlobKey) && string(p.b[start:keyEnd]) == BlobKey {
+			p.rec.Blobs = append(p.rec.Blobs, Span{valStart, i})
 		}
 		if i = p.space(i); i >= len(p.b) {
 			return -1
@@ -299,14 +282,14 @@ func (p scanner) object(i, depth int, s *scanned) int {
 
 // array scans the array at i; with s set it is the conversation, and
 // the spans of its first elements are noted there.
-func (p scanner) array(i, depth int, s *scanned) int {
+func (p scanner) array(i, depth int, s *Scanned) int {
 	if depth++; depth > maxDepth {
 		return -1
 	}
 	i = p.space(i + 1)
 	if i < len(p.b) && p.b[i] == ']' {
 		if s != nil {
-			s.turnsAll = true
+			s.AllTurns = true
 		}
 		return i + 1
 	}
@@ -315,8 +298,8 @@ func (p scanner) array(i, depth int, s *scanned) int {
 		if i = p.value(i, depth); i < 0 {
 			return -1
 		}
-		if s != nil && n < headTurns {
-			s.turns[n], s.nturns = span{start, i}, n+1
+		if s != nil && n < HeadTurns {
+			s.Turns[n], s.NTurns = Span{start, i}, n+1
 		}
 		if i = p.space(i); i >= len(p.b) {
 			return -1
@@ -324,7 +307,7 @@ func (p scanner) array(i, depth int, s *scanned) int {
 		switch p.b[i] {
 		case ']':
 			if s != nil {
-				s.turnsAll = n < headTurns
+				s.AllTurns = n < HeadTurns
 			}
 			return i + 1
 		case ',':

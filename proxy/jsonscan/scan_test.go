@@ -1,4 +1,4 @@
-package proxy
+package jsonscan
 
 import (
 	"bytes"
@@ -11,22 +11,6 @@ import (
 
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
-
-// chatgptRewrite is chatgptBody on a body read the way the handler reads it.
-func chatgptRewrite(body []byte) ([]byte, bool, error) {
-	var s scanned
-	if !scanBody(body, &s) {
-		return nil, false, errNotObject
-	}
-	return chatgptBody(body, &s)
-}
-
-// fieldsOf is readFields on a body read the way the handler reads it.
-func fieldsOf(body []byte) bodyFields {
-	var s scanned
-	scanBody(body, &s)
-	return readFields(body, s.members)
-}
 
 var scanSeeds = []string{
 	``, ` `, `{}`, `[]`, `""`, `0`, `-0`, `01`, `1.`, `.5`, `1e`, `1e+5`, `-1.25E-3`, `+1`,
@@ -42,7 +26,7 @@ var scanSeeds = []string{
 	"\"caf\xc3\xa9\"", `"aaaaaaaaaaaaaaaaaaaaaa\"\u00e9bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\\"`, `"aaaaaaaaaaaaaaaaaaaaaaaaaa\`, `[1 2]`, `{"a":1 "b":2}`, `{"":""}`, `[-]`, `[1e5.0]`,
 }
 
-// FuzzScanBody holds scanBody to encoding/json's verdict on every input
+// FuzzScanBody holds Scan to encoding/json's verdict on every input
 // (a raw control character in a string aside),
 // and its members to gjson's view of the same object.
 func FuzzScanBody(f *testing.F) {
@@ -60,17 +44,17 @@ func TestScanBody(t *testing.T) {
 		checkScan(t, []byte(s))
 	}
 	deep := strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)
-	if scanBody([]byte(deep), new(scanned)) {
+	if Scan([]byte(deep), new(Scanned)) {
 		t.Errorf("nesting deeper than %d accepted", maxDepth)
 	}
 	ok := strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
-	if !scanBody([]byte(ok), new(scanned)) {
+	if !Scan([]byte(ok), new(Scanned)) {
 		t.Errorf("nesting of %d refused", maxDepth)
 	}
 	// More members than the scan keeps in place still all get recorded.
 	var b strings.Builder
 	b.WriteString("{")
-	for i := range 3 * topMembers {
+	for i := range 3 * TopMembers {
 		if i > 0 {
 			b.WriteString(",")
 		}
@@ -82,110 +66,110 @@ func TestScanBody(t *testing.T) {
 
 func checkScan(t *testing.T, body []byte) {
 	t.Helper()
-	var s scanned
-	got := scanBody(body, &s)
-	// encoding/json's verdict, but for the one laxity scanBody allows:
+	var s Scanned
+	got := Scan(body, &s)
+	// encoding/json's verdict, but for the one laxity Scan allows:
 	// raw control characters inside strings.
 	if want := json.Valid(body); got != want && (want || !bytes.ContainsFunc(body, func(r rune) bool { return r < 0x20 })) {
-		t.Fatalf("scanBody(%q) = %v, encoding/json says %v", body, got, want)
+		t.Fatalf("Scan(%q) = %v, encoding/json says %v", body, got, want)
 	}
 	if !got {
 		return
 	}
 	root := gjson.ParseBytes(body)
-	if s.object != root.IsObject() {
-		t.Fatalf("scanBody(%q): object %v", body, s.object)
+	if s.Object != root.IsObject() {
+		t.Fatalf("Scan(%q): object %v", body, s.Object)
 	}
-	if !s.object {
+	if !s.Object {
 		return
 	}
 	i := 0
 	root.ForEach(func(k, v gjson.Result) bool {
-		if i >= len(s.members) {
-			t.Fatalf("scanBody(%q): %d members, gjson sees more", body, len(s.members))
+		if i >= len(s.Members) {
+			t.Fatalf("Scan(%q): %d members, gjson sees more", body, len(s.Members))
 		}
-		m := s.members[i]
-		if key := m.key(body); key != k.Str {
-			t.Errorf("member %d key %q, want %q", i, key, k.Str)
+		m := s.Members[i]
+		if key := m.Key(body); key != k.Str {
+			t.Errorf("Member %d key %q, want %q", i, key, k.Str)
 		}
-		if raw := string(body[m.valStart:m.end]); raw != v.Raw {
-			t.Errorf("member %d value %q, want %q", i, raw, v.Raw)
+		if raw := string(body[m.ValStart:m.End]); raw != v.Raw {
+			t.Errorf("Member %d value %q, want %q", i, raw, v.Raw)
 		}
-		if str, ok := m.str(body); ok != (v.Type == gjson.String) || str != v.Str && ok {
-			t.Errorf("member %d string %q %v, want %q", i, str, ok, v.Str)
+		if str, ok := m.Str(body); ok != (v.Type == gjson.String) || str != v.Str && ok {
+			t.Errorf("Member %d string %q %v, want %q", i, str, ok, v.Str)
 		}
 		i++
 		return true
 	})
-	if i != len(s.members) {
-		t.Errorf("scanBody(%q): %d members, gjson sees %d", body, len(s.members), i)
+	if i != len(s.Members) {
+		t.Errorf("Scan(%q): %d members, gjson sees %d", body, len(s.Members), i)
 	}
 	checkTurns(t, body, &s)
 }
 
-// checkTurns holds the conversation's first elements, as scanBody noted
+// checkTurns holds the conversation's first elements, as Scan noted
 // them, to gjson's elements of the first "input" or "messages" array.
-func checkTurns(t *testing.T, body []byte, s *scanned) {
+func checkTurns(t *testing.T, body []byte, s *Scanned) {
 	t.Helper()
-	var conv *member
-	for k := range s.members {
-		m := &s.members[k]
-		if isConversationKey(body[m.start:m.keyEnd]) && body[m.valStart] == '[' {
+	var conv *Member
+	for k := range s.Members {
+		m := &s.Members[k]
+		if IsConversationKey(body[m.Start:m.KeyEnd]) && body[m.ValStart] == '[' {
 			conv = m
 			break
 		}
 	}
 	if conv == nil {
-		if s.nturns != 0 || s.turnsOf != (span{}) {
-			t.Fatalf("scanBody(%q): turns noted with no conversation", body)
+		if s.NTurns != 0 || s.Conversation != (Span{}) {
+			t.Fatalf("Scan(%q): turns noted with no conversation", body)
 		}
 		return
 	}
-	if s.turnsOf != (span{conv.valStart, conv.end}) {
-		t.Fatalf("scanBody(%q): conversation at %v, its member at %d-%d", body, s.turnsOf, conv.valStart, conv.end)
+	if s.Conversation != (Span{conv.ValStart, conv.End}) {
+		t.Fatalf("Scan(%q): conversation at %v, its Member at %d-%d", body, s.Conversation, conv.ValStart, conv.End)
 	}
-	items := gjson.ParseBytes(body[conv.valStart:conv.end]).Array()
-	if want := min(len(items), headTurns); s.nturns != want || s.turnsAll != (len(items) <= headTurns) {
-		t.Fatalf("scanBody(%q): %d turns noted (all %v), gjson sees %d", body, s.nturns, s.turnsAll, len(items))
+	items := gjson.ParseBytes(body[conv.ValStart:conv.End]).Array()
+	if want := min(len(items), HeadTurns); s.NTurns != want || s.AllTurns != (len(items) <= HeadTurns) {
+		t.Fatalf("Scan(%q): %d turns noted (all %v), gjson sees %d", body, s.NTurns, s.AllTurns, len(items))
 	}
-	for k, sp := range s.turns[:s.nturns] {
-		if got := string(body[sp.start:sp.end]); got != items[k].Raw {
-			t.Fatalf("scanBody(%q): turn %d is %q, gjson sees %q", body, k, got, items[k].Raw)
+	for k, sp := range s.Turns[:s.NTurns] {
+		if got := string(body[sp.Start:sp.End]); got != items[k].Raw {
+			t.Fatalf("Scan(%q): turn %d is %q, gjson sees %q", body, k, got, items[k].Raw)
 		}
 	}
 	var walked []string
-	eachItem(body[conv.valStart:conv.end], 0, func(item []byte) bool { walked = append(walked, string(item)); return true })
+	EachItem(body[conv.ValStart:conv.End], 0, func(item []byte) bool { walked = append(walked, string(item)); return true })
 	for k := range items {
 		if k >= len(walked) || walked[k] != items[k].Raw {
-			t.Fatalf("eachItem(%q) = %q, gjson sees %v", body[conv.valStart:conv.end], walked, items)
+			t.Fatalf("EachItem(%q) = %q, gjson sees %v", body[conv.ValStart:conv.End], walked, items)
 		}
 	}
 	for _, it := range items {
-		if got, want := roleOf([]byte(it.Raw)), it.Get("role"); want.Type == gjson.String && got != want.Str || want.Type != gjson.String && got != "" {
-			t.Fatalf("roleOf(%q) = %q, gjson sees %s", it.Raw, got, want.Raw)
+		if got, want := RoleOf([]byte(it.Raw)), it.Get("role"); want.Type == gjson.String && got != want.Str || want.Type != gjson.String && got != "" {
+			t.Fatalf("RoleOf(%q) = %q, gjson sees %s", it.Raw, got, want.Raw)
 		}
 	}
 }
 
-// scanBody notes every encrypted_content value, at any depth, and nothing
+// Scan notes every encrypted_content value, at any depth, and nothing
 // else: what unbind looks at instead of searching the body again.
 func TestScanBodyNotesBlobs(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"include":["reasoning.encrypted_content"],"input":[{"type":"reasoning","encrypted_content":"gAAA1"},` +
 		`{"type":"message","content":[{"encrypted_content":"gAAA2"}],"text":"\"encrypted_content\": no"},{"encrypted_content":null}]}`)
-	var s scanned
-	if !scanBody(body, &s) {
+	var s Scanned
+	if !Scan(body, &s) {
 		t.Fatal("not JSON")
 	}
 	var got []string
-	for _, b := range s.blobs {
-		got = append(got, string(body[b.start:b.end]))
+	for _, b := range s.Blobs {
+		got = append(got, string(body[b.Start:b.End]))
 	}
 	if want := []string{`"gAAA1"`, `"gAAA2"`, `null`}; !slices.Equal(got, want) {
 		t.Errorf("blobs %q, want %q", got, want)
 	}
-	if scanBody([]byte(`{"input":[{"type":"message","content":"hi"}]}`), &s); len(s.blobs) != 0 {
-		t.Errorf("a body without blobs kept %d of the last one's", len(s.blobs))
+	if Scan([]byte(`{"input":[{"type":"message","content":"hi"}]}`), &s); len(s.Blobs) != 0 {
+		t.Errorf("a body without blobs kept %d of the last one's", len(s.Blobs))
 	}
 }
 
@@ -196,6 +180,7 @@ func TestScanBodyNotesBlobs(t *testing.T) {
 // escape every 20 bytes or so, and Codex's history with its tool output,
 // one every 10–20.
 func BenchmarkScanBody(b *testing.B) {
+	const shapeSize = 2 << 20 // as proxy's stage benchmarks
 	item := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"func main() {\n\tfmt.Println(\"hello\")\n}\n\u00e9 done"}]},`
 	for name, body := range map[string]string{
 		"text":          `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat("history ", 1<<18) + `"}],"stream":true}`,
@@ -207,9 +192,9 @@ func BenchmarkScanBody(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			body := []byte(body)
 			b.SetBytes(int64(len(body)))
-			var s scanned
+			var s Scanned
 			for b.Loop() {
-				if !scanBody(body, &s) {
+				if !Scan(body, &s) {
 					b.Fatal("invalid")
 				}
 			}

@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package proxy
+package jsonscan
 
 // marks reports which of the 64 bytes of blk are quotes and which are
 // backslashes, bit k for byte k.
