@@ -73,7 +73,7 @@ func Get(data []byte, path string) gjson.Result {
 // there for the one laxity this buys.
 func Scan(body []byte, s *Scanned) bool {
 	s.Members, s.Blobs = s.array[:0], s.Blobs[:0]
-	s.NTurns, s.Conversation, s.AllTurns = 0, Span{}, false
+	s.NTurns, s.Conversation, s.AllTurns, s.Object = 0, Span{}, false, false
 	p := scanner{b: body, rec: s}
 	i := p.space(0)
 	if i < len(body) && body[i] == '{' {

@@ -280,3 +280,15 @@ func TestMarksAndEscaped(t *testing.T) {
 		}
 	}
 }
+
+// A Scanned used again says what the latest body is: an array after an
+// object is not an object.
+func TestScanForgetsTheLastBody(t *testing.T) {
+	var s Scanned
+	if !Scan([]byte(`{"a":1}`), &s) || !s.Object || len(s.Members) != 1 {
+		t.Fatalf("object: %+v", s)
+	}
+	if !Scan([]byte(`[1,2]`), &s) || s.Object || len(s.Members) != 0 {
+		t.Fatalf("array after an object: object %v, %d members", s.Object, len(s.Members))
+	}
+}
