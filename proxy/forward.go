@@ -21,14 +21,25 @@ import (
 // serve reads r's body and forwards it. Every request that reaches it,
 // whichever way it came in, ends in finish.
 func (s *Server) serve(w responder, r *request) {
+	defer r.free()
+	if s.admit(w, r) {
+		s.forward(w, r)
+	}
+}
+
+// admit counts r in and reads its body, and reports whether it goes on to
+// forward; if not, r has been refused. A function of its own, so that its
+// frame is not under the forward loop's (see send).
+//
+//go:noinline
+func (s *Server) admit(w responder, r *request) bool {
 	r.start, r.counted = s.deps.Clock.Now(), true
 	s.metrics.started()
-	defer r.free()
 	if spec := r.read(s.cfg.MaxBody); spec != nil {
 		s.refuse(w, r, *spec, nil)
-		return
+		return false
 	}
-	s.forward(w, r)
+	return true
 }
 
 // forward is the failover loop: pick an account, attempt it, and apply
@@ -37,11 +48,7 @@ func (s *Server) serve(w responder, r *request) {
 func (s *Server) forward(w responder, r *request) {
 	sel := s.deps.Selector
 	pick := rotation.Request{AffinityKey: r.affinityKey, Model: r.model}
-	r.codexCatalog = r.op == opModels && r.codexClient && slices.ContainsFunc(sel.Pool().Accounts,
-		func(a accounts.Account) bool {
-			_, flagged := a.Flagged()
-			return a.Kind == accounts.KindChatGPT && a.Enabled && !flagged
-		})
+	r.codexCatalog = r.op == opModels && r.codexClient && s.anyCodexAccount()
 	if r.keyDerived && r.socket != nil && r.socket.up != nil && !sel.Bound(r.affinityKey) {
 		// A conversation the socket has not carried yet goes where the
 		// socket already is, unless that account cannot take it; its
@@ -61,7 +68,8 @@ func (s *Server) forward(w responder, r *request) {
 			s.exhausted(w, r, sel.Explain(&pick))
 			return
 		}
-		choice, ref := sel.Pick(&pick)
+		var choice rotation.Choice
+		ref := s.pick(&pick, &choice)
 		if ref != nil {
 			if !r.probing && s.endpoints.anyDown() {
 				// Only accounts behind an endpoint that failed lately are
@@ -89,6 +97,28 @@ func (s *Server) forward(w responder, r *request) {
 			return
 		}
 	}
+}
+
+// anyCodexAccount reports whether the pool has a ChatGPT account enabled
+// and not flagged.
+//
+//go:noinline
+func (s *Server) anyCodexAccount() bool {
+	return slices.ContainsFunc(s.deps.Selector.Pool().Accounts, func(a accounts.Account) bool {
+		_, flagged := a.Flagged()
+		return a.Kind == accounts.KindChatGPT && a.Enabled && !flagged
+	})
+}
+
+// pick is the selector's choice for p, written to choice: a function of
+// its own, so that the copies Pick's result is made of are not part of
+// forward's frame while the attempt runs (see send).
+//
+//go:noinline
+func (s *Server) pick(p *rotation.Request, choice *rotation.Choice) *rotation.Refusal {
+	c, ref := s.deps.Selector.Pick(p)
+	*choice = c
+	return ref
 }
 
 // watchedAttempt is attempt while the client is watched (clientWatch):
@@ -217,25 +247,19 @@ func (f *failure) answered() bool { return f.status != 0 && !f.own }
 func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 	a := &ch.Account
 	ad := s.adapters.For(a.Kind)
-	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
-	if err != nil {
-		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
-		return nil, &failure{verdict: verdictUnauthorized, status: 401, err: err, own: true}
+	var sec secrets.Secret
+	if f := s.secretOf(r, ch, &sec); f != nil {
+		return nil, f
 	}
 	refresh := ad.Refreshes() && s.deps.Refresher != nil
 	refreshed := false
 	if refresh && !sec.ExpiresAt.IsZero() && sec.ExpiresAt.Sub(s.deps.Clock.Now()) < 5*time.Minute {
 		refreshed = true
-		if fresh, ok := s.refresh(r, ch, sec); ok {
-			sec = fresh
-		}
+		s.refreshInto(r, ch, &sec)
 	}
 	ans, f := s.sendVia(r, ad, a, &sec)
-	if f != nil && f.verdict == verdictUnauthorized && refresh && !refreshed {
-		if fresh, ok := s.refresh(r, ch, sec); ok {
-			sec = fresh
-			ans, f = s.sendVia(r, ad, a, &sec)
-		}
+	if f != nil && f.verdict == verdictUnauthorized && refresh && !refreshed && s.refreshInto(r, ch, &sec) {
+		ans, f = s.sendVia(r, ad, a, &sec)
 	}
 	if f != nil && f.verdict == verdictForeignContent && !r.unbindAll {
 		// A blob rotor did not know to be foreign (docs/codex.md): once more,
@@ -263,6 +287,32 @@ func (s *Server) sendVia(r *request, ad Adapter, a *accounts.Account, sec *secre
 	return s.send(r, ad, a, sec)
 }
 
+// secretOf writes the secret of ch's account to sec; a failure if it has
+// none usable. Like the helpers of send, a function of its own, so that
+// attempt's frame stays small while the attempt runs.
+//
+//go:noinline
+func (s *Server) secretOf(r *request, ch *rotation.Choice, sec *secrets.Secret) *failure {
+	got, err := s.secrets.get(ch.Account.ID, s.runtime().TokensAt(ch.Account.ID))
+	if err != nil {
+		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
+		return &failure{verdict: verdictUnauthorized, status: 401, err: err, own: true}
+	}
+	*sec = got
+	return nil
+}
+
+// refreshInto refreshes the tokens in sec, and reports whether it did.
+//
+//go:noinline
+func (s *Server) refreshInto(r *request, ch *rotation.Choice, sec *secrets.Secret) bool {
+	fresh, ok := s.refresh(r, ch, *sec)
+	if ok {
+		*sec = fresh
+	}
+	return ok
+}
+
 func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) (secrets.Secret, bool) {
 	// Not the request's context: fasthttp's must not outlive the handler,
 	// and a refresh cut off midway may have spent the single-use refresh
@@ -288,22 +338,52 @@ func (s *Server) renew(ctx context.Context, a *accounts.Account, stale secrets.S
 }
 
 // send makes one upstream request through ad and classifies the answer.
+//
+// Its frame, and those of its callers down to the fasthttp handler, stay
+// on the stack while the client writes the request and while readStart
+// waits for the first output: making the request and classifying a
+// failed answer are done in functions of their own, which have returned
+// by then, so that a serving goroutine fits in 8 KiB of stack as the
+// floor's does (docs/PERFORMANCE.md, "Issue 45: the stack a stream waits
+// on").
 func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*answer, *failure) {
+	req, rt, endpoint, sh, f := s.upstreamRequest(r, ad, a, sec)
+	if f != nil {
+		return nil, f
+	}
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	if err := rt.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		raiseDialPanic(err)
+		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}
+	}
+	if !s.answered(resp, a.ID, endpoint) {
+		return nil, s.failedAnswer(resp, sec, endpoint)
+	}
+	headerrules.RedactHeaders(&resp.Header, sec)
+	return s.readStart(r, resp, sh)
+}
+
+// upstreamRequest makes the request send sends to account a, with the
+// exit it goes through; a failure if it cannot be made.
+//
+//go:noinline
+func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*fasthttp.Request, *exit, string, answerForm, *failure) {
 	base := ad.base(a.BaseURL)
 	w := s.endpoints.way(base, a.ProxyURL)
 	endpoint := w.endpoint
 	rt, err := s.exits.of(&w, sec)
 	if err != nil {
-		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}
+		return nil, nil, "", 0, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}
 	}
 	body, sh, err := ad.body(r)
 	if err != nil {
-		return nil, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error(), own: true}
+		return nil, nil, "", 0, &failure{verdict: verdictBadRequest, status: 400, endpoint: endpoint, message: err.Error(), own: true}
 	}
 	body = r.wire(s.forAccount(r, ad, a, sec, body))
 	sh = s.listsAliases(r, a.Kind, sh)
 	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(ad.url(base, r))
 	req.Header.SetMethodBytes(r.header.Method())
 	headerrules.CopyRequest(&req.Header, r.header)
@@ -318,31 +398,38 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	if r.watch != nil {
 		req.SetUserValue(watchKey{}, r.watch) // roundTrip attaches the connection to it
 	}
-	resp := fasthttp.AcquireResponse()
-	if err := rt.client.Do(req, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		raiseDialPanic(err)
-		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}
-	}
+	return req, rt, endpoint, sh, nil
+}
+
+// answered notes what resp, account id's answer from endpoint, tells of
+// the endpoint, the account's turn state and its quota, and reports
+// whether it is a success (2xx).
+//
+//go:noinline
+func (s *Server) answered(resp *fasthttp.Response, id, endpoint string) bool {
 	s.endpoints.markUp(endpoint)
+	s.learnTurnState(resp.Header.Peek(turnStateHeader), id)
+	if q := parseQuota(s.deps.Clock.Now(), &resp.Header); q != nil {
+		s.runtime().SetQuota(id, *q)
+	}
 	status := resp.StatusCode()
-	now := s.deps.Clock.Now()
-	s.learnTurnState(resp.Header.Peek(turnStateHeader), a.ID)
-	if q := parseQuota(now, &resp.Header); q != nil {
-		s.runtime().SetQuota(a.ID, *q)
-	}
-	if status >= 200 && status < 300 {
-		headerrules.RedactHeaders(&resp.Header, sec)
-		return s.readStart(r, resp, sh)
-	}
+	return status >= 200 && status < 300
+}
+
+// failedAnswer is the failure of a non-2xx resp from endpoint, which it
+// releases.
+//
+//go:noinline
+func (s *Server) failedAnswer(resp *fasthttp.Response, sec *secrets.Secret, endpoint string) *failure {
+	status := resp.StatusCode()
 	f := &failure{status: status, endpoint: endpoint, upstreamID: string(resp.Header.Peek("x-request-id")),
 		body: headerrules.Redact(readErrorBody(resp), sec)}
 	f.verdict = classify(status, &resp.Header, f.body)
 	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(now, &resp.Header, f.body)
+		f.limit = limitOf(s.deps.Clock.Now(), &resp.Header, f.body)
 	}
 	fasthttp.ReleaseResponse(resp)
-	return nil, f
+	return f
 }
 
 // forAccount is body as it goes to account a: without the blobs another

@@ -83,31 +83,48 @@ func newRequestID() string {
 
 // handle is the fasthttp handler, the HTTP way in: guard, route, read the
 // body, then the forward loop, which answers through an httpResponder.
+//
+// Its frame stays on the stack below the whole forward loop, as the
+// routing's and the body read's would if they were inlined here: they are
+// functions of their own (route, serveHTTP), so that a serving goroutine
+// fits in 8 KiB of stack (see send).
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	r := newHTTPRequest(&ctx.Request.Header)
-	defer func() {
-		if !r.handedOff {
-			r.release()
-		}
-	}()
-	w := httpResponder{ctx}
+	defer s.handled(ctx, r)
 	ctx.Response.Header.Set("x-request-id", r.id)
-	// fasthttp does not recover handler panics: one would end the process
-	// and every stream in it. A bug becomes this request's 500 instead,
-	// logged with its stack, never shown to the client.
-	defer func() {
-		if v := recover(); v != nil {
-			s.panicLog(r.id, v).Msg("handler panic")
-			id, handedOff := r.id, r.handedOff
-			ctx.Response.Reset() // a committed answer's relay finishes, and releases, r here
-			ctx.Response.Header.Set("x-request-id", id)
-			if handedOff {
-				r = &request{id: id, header: &ctx.Request.Header} // answers the 500 alone
-			}
-			s.refuse(w, r, rerr.Spec{Code: rerr.ProxyError,
-				Message: "rotor failed on this request (a bug); it is logged with request_id"}, nil)
+	if o, ok := s.route(ctx, r); ok {
+		s.serveHTTP(ctx, r, o)
+	}
+}
+
+// handled ends handle: it releases r unless its answer's relay has it, and
+// recovers a panic. fasthttp does not recover handler panics: one would
+// end the process and every stream in it. A bug becomes this request's
+// 500 instead, logged with its stack, never shown to the client.
+func (s *Server) handled(ctx *fasthttp.RequestCtx, r *request) {
+	handedOff := r.handedOff
+	if v := recover(); v != nil {
+		s.panicLog(r.id, v).Msg("handler panic")
+		id, answer := r.id, r
+		ctx.Response.Reset() // a committed answer's relay finishes, and releases, r here
+		ctx.Response.Header.Set("x-request-id", id)
+		if handedOff {
+			answer = &request{id: id, header: &ctx.Request.Header} // answers the 500 alone
 		}
-	}()
+		s.refuse(httpResponder{ctx}, answer, rerr.Spec{Code: rerr.ProxyError,
+			Message: "rotor failed on this request (a bug); it is logged with request_id"}, nil)
+	}
+	if !handedOff {
+		r.release()
+	}
+}
+
+// route guards and routes a request, and answers it unless it is one
+// serveHTTP forwards: then it reports true, with its operation.
+//
+//go:noinline
+func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
+	w := httpResponder{ctx}
 	page := s.deps.Pages != nil && s.deps.Pages.Owns(ctx.Path())
 	code, signedIn := s.guard(&ctx.Request.Header, page)
 	if code == rerr.ProxyUnauthorized && s.dashboardSession(ctx) {
@@ -118,53 +135,65 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		// the answer, unless there was nothing to read.
 		s.refuse(w, r, rerr.Spec{Code: code, Message: guardMessages[code]}, nil)
 		closeAfterAnswer(ctx)
-		return
+		return 0, false
 	}
 	if page {
 		s.deps.Pages.ServePage(ctx)
-		return
+		return 0, false
 	}
 	if upgradeRequested(&ctx.Request.Header) && socketPaths[string(ctx.Path())] {
 		s.acceptSocket(ctx, r)
-		return
+		return 0, false
 	}
 	rt, ok := routes[string(ctx.Path())]
 	if !ok && signedIn != "" && bytes.HasPrefix(ctx.Path(), []byte(backendPrefix)) {
 		s.passThrough(ctx, r, signedIn)
-		return
+		return 0, false
 	}
 	if !ok || string(ctx.Method()) != rt.method {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyNotFound,
 			Message: fmt.Sprintf("rotor does not serve %s %s; it serves %s", ctx.Method(), ctx.Path(), surface)}, nil)
 		closeAfterAnswer(ctx)
-		return
+		return 0, false
 	}
 	if rt.op == opHealth {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
-		return
+		return 0, false
 	}
 	if rt.op == opUsageLimits {
 		s.answerUsageLimits(ctx)
-		return
+		return 0, false
 	}
 	if rt.op == opMetrics {
 		s.answerMetrics(ctx)
-		return
+		return 0, false
 	}
 	if rt.op == opNext {
 		s.answerNext(ctx)
-		return
+		return 0, false
 	}
+	return rt.op, true
+}
+
+// serveHTTP reads the body of a request route let through and serves it.
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, r *request, o op) {
 	body, release, spec := s.readBody(ctx)
 	defer release()
 	if spec != nil {
-		s.refuse(w, r, *spec, nil)
-		closeAfterAnswer(ctx)
+		s.refuseBody(ctx, r, spec)
 		return
 	}
-	r.op, r.body, r.query = rt.op, body, ctx.URI().QueryString()
-	s.serve(w, r)
+	r.op, r.body, r.query = o, body, ctx.URI().QueryString()
+	s.serve(httpResponder{ctx}, r)
+}
+
+// refuseBody answers a body readBody refused.
+//
+//go:noinline
+func (s *Server) refuseBody(ctx *fasthttp.RequestCtx, r *request, spec *rerr.Spec) {
+	s.refuse(httpResponder{ctx}, r, *spec, nil)
+	closeAfterAnswer(ctx)
 }
 
 // bodyPool recycles request body buffers: long Codex sessions send the
