@@ -1,11 +1,16 @@
 package proxy
 
 import (
+	"context"
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // secretCache keeps secrets in memory so a request does not call the
@@ -111,4 +116,54 @@ func (c *secretCache) store(id string, sec secrets.Secret, at time.Time) {
 		clear(c.m) // bounded: a cache miss costs one backend read
 	}
 	c.m[id] = cachedSecret{sec: sec, at: at}
+}
+
+// secretOf writes the secret of ch's account to sec; a failure if it has
+// none usable. Like the helpers of send, a function of its own, so that
+// attempt's frame stays small while the attempt runs.
+//
+//go:noinline
+func (s *Server) secretOf(r *request, ch *rotation.Choice, sec *secrets.Secret) *failure {
+	got, err := s.secrets.get(ch.Account.ID, s.runtime().TokensAt(ch.Account.ID))
+	if err != nil {
+		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
+		return &failure{verdict: verdictUnauthorized, status: 401, err: err, own: true}
+	}
+	*sec = got
+	return nil
+}
+
+// refreshInto refreshes the tokens in sec, and reports whether it did.
+//
+//go:noinline
+func (s *Server) refreshInto(r *request, ch *rotation.Choice, sec *secrets.Secret) bool {
+	fresh, ok := s.refresh(r, ch, *sec)
+	if ok {
+		*sec = fresh
+	}
+	return ok
+}
+
+func (s *Server) refresh(r *request, ch *rotation.Choice, stale secrets.Secret) (secrets.Secret, bool) {
+	// Not the request's context: fasthttp's must not outlive the handler,
+	// and a refresh cut off midway may have spent the single-use refresh
+	// token without storing its successor.
+	return s.renew(context.Background(), &ch.Account, stale,
+		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index))
+}
+
+// renew refreshes a's tokens, stale being the ones that failed or are
+// old, within a minute of ctx: the new secret is cached and every process
+// told; a failure is logged on fail.
+func (s *Server) renew(ctx context.Context, a *accounts.Account, stale secrets.Secret, fail *zerolog.Event) (secrets.Secret, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	fresh, err := s.deps.Refresher.Refresh(ctx, *a, stale)
+	if err != nil {
+		fail.Err(err).Msg("token refresh failed")
+		return secrets.Secret{}, false
+	}
+	s.secrets.put(a.ID, fresh)
+	s.runtime().TokensChanged(a.ID)
+	return fresh, true
 }
