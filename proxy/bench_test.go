@@ -369,9 +369,9 @@ func BenchmarkLargeBodyShapes(b *testing.B) {
 func BenchmarkDecodeBody(b *testing.B) {
 	plain := upstreamtest.PastedFileResponses(shapeSize, false)
 	for _, cd := range codings {
-		b.Run(cd.name, func(b *testing.B) {
-			raw := compress(b, cd.name, plain)
-			c, _ := coding.Parse([]byte(cd.header))
+		b.Run(cd.Name, func(b *testing.B) {
+			raw := compress(b, cd.Name, plain)
+			c, _ := coding.Parse([]byte(cd.Header))
 			b.SetBytes(int64(len(plain)))
 			b.ReportAllocs()
 			for b.Loop() {

@@ -2,18 +2,16 @@ package proxy
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/rotorproxy/rotor/proxy/coding/codingtest"
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
@@ -24,69 +22,16 @@ import (
 // deflate is read as the JSON it holds, bounded by --max-body on its
 // decoded size, and goes upstream as it came unless rotor edits it.
 
-// compress encodes b as a client would, with encoders other than rotor's
-// own (the standard library's; klauspost's for zstd, which it lacks).
-// rawDeflate is deflate without zlib's wrapping, as some clients send it.
-func compress(t testing.TB, name string, b []byte) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	var w io.WriteCloser
-	switch name {
-	case "zstd":
-		w, _ = zstd.NewWriter(&out)
-	case "gzip":
-		w = gzip.NewWriter(&out)
-	case "deflate":
-		w = zlib.NewWriter(&out)
-	case "rawDeflate":
-		w, _ = flate.NewWriter(&out, flate.DefaultCompression)
-	default:
-		t.Fatalf("no coding %q", name)
-	}
-	if _, err := w.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
-}
+// compress and decompress are codingtest's, named as these tests use them.
+func compress(t testing.TB, name string, b []byte) []byte { return codingtest.Compress(t, name, b) }
 
-// decompress decodes what the upstream received, independently of rotor.
 func decompress(t testing.TB, contentEncoding string, b []byte) []byte {
-	t.Helper()
-	var r io.Reader
-	var err error
-	switch strings.ToLower(contentEncoding) {
-	case "zstd":
-		var d *zstd.Decoder
-		d, err = zstd.NewReader(bytes.NewReader(b))
-		if err == nil {
-			defer d.Close()
-		}
-		r = d
-	case "gzip":
-		r, err = gzip.NewReader(bytes.NewReader(b))
-	case "deflate":
-		r, err = zlib.NewReader(bytes.NewReader(b))
-	default:
-		t.Fatalf("upstream got Content-Encoding %q", contentEncoding)
-	}
-	if err != nil {
-		t.Fatalf("upstream got a body that does not decode as %s: %v", contentEncoding, err)
-	}
-	out, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatalf("upstream got a body that does not decode as %s: %v", contentEncoding, err)
-	}
-	return out
+	return codingtest.Decompress(t, contentEncoding, b)
 }
 
 // codings are the client's Content-Encoding headers for each way of
 // compressing a body compress knows.
-var codings = []struct{ name, header string }{
-	{"zstd", "zstd"}, {"gzip", "gzip"}, {"deflate", "deflate"}, {"rawDeflate", "deflate"},
-}
+var codings = codingtest.Ways
 
 // The cap is on the decoded size, exactly: a body of limit bytes decodes,
 // one more byte does not, in every coding.
@@ -94,15 +39,15 @@ func TestDecodeBodyCap(t *testing.T) {
 	t.Parallel()
 	const limit = 100 << 10
 	for _, cd := range codings {
-		c, _ := coding.Parse([]byte(cd.header))
+		c, _ := coding.Parse([]byte(cd.Header))
 		for _, n := range []int{0, 1, limit - 1, limit, limit + 1, 3 * limit} {
 			plain := bytes.Repeat([]byte("{}"), n/2+1)[:n]
-			body, release, err := decodeBody(c, compress(t, cd.name, plain), limit)
+			body, release, err := decodeBody(c, compress(t, cd.Name, plain), limit)
 			switch {
 			case n > limit && !errors.Is(err, errBodyTooLarge):
-				t.Errorf("%s, %d bytes: err %v, want errBodyTooLarge", cd.name, n, err)
+				t.Errorf("%s, %d bytes: err %v, want errBodyTooLarge", cd.Name, n, err)
 			case n <= limit && (err != nil || !bytes.Equal(body, plain)):
-				t.Errorf("%s, %d bytes: got %d bytes, err %v", cd.name, n, len(body), err)
+				t.Errorf("%s, %d bytes: got %d bytes, err %v", cd.Name, n, len(body), err)
 			}
 			release()
 		}
@@ -113,8 +58,8 @@ func TestDecodeBodyCap(t *testing.T) {
 // none returns more than the cap.
 func FuzzDecodeBody(f *testing.F) {
 	for _, cd := range codings {
-		f.Add(compress(f, cd.name, []byte(`{"model":"gpt-5","input":"hi"}`)))
-		f.Add(compress(f, cd.name, make([]byte, 64<<10)))
+		f.Add(compress(f, cd.Name, []byte(`{"model":"gpt-5","input":"hi"}`)))
+		f.Add(compress(f, cd.Name, make([]byte, 64<<10)))
 	}
 	f.Add([]byte{})
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd}) // a zstd magic number, then nothing
@@ -170,12 +115,12 @@ func TestCompressedBodyKeepsAffinity(t *testing.T) {
 func TestCompressedBodyIsEditedForChatGPT(t *testing.T) {
 	t.Parallel()
 	for _, cd := range codings {
-		t.Run(cd.name, func(t *testing.T) {
+		t.Run(cd.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, []acct{{accounts.KindChatGPT, "z"}})
-			sendCompressed(t, e, "/v1/responses", cd.name, cd.header,
+			sendCompressed(t, e, "/v1/responses", cd.Name, cd.Header,
 				[]byte(`{"model":"gpt-5","input":"hi","temperature":0.5}`))
-			sendCompressed(t, e, "/v1/chat/completions", cd.name, cd.header,
+			sendCompressed(t, e, "/v1/chat/completions", cd.Name, cd.Header,
 				[]byte(`{"model":"gpt-5","messages":[{"role":"user","content":"hi"}],"stream":true}`))
 			reqs := e.up.Requests()
 			if len(reqs) != 2 {
@@ -183,8 +128,8 @@ func TestCompressedBodyIsEditedForChatGPT(t *testing.T) {
 			}
 			for i, rq := range reqs {
 				ce := rq.Header.Get("Content-Encoding")
-				if !strings.EqualFold(ce, cd.header) {
-					t.Fatalf("request %d: Content-Encoding %q, want %q", i, ce, cd.header)
+				if !strings.EqualFold(ce, cd.Header) {
+					t.Fatalf("request %d: Content-Encoding %q, want %q", i, ce, cd.Header)
 				}
 				var got map[string]any
 				if err := json.Unmarshal(decompress(t, ce, rq.Body), &got); err != nil {
@@ -212,9 +157,9 @@ func TestCompressedBodyNeedingNoEditGoesAsItCame(t *testing.T) {
 		var sent [][]byte
 		var headers []string
 		for _, cd := range codings {
-			b := compress(t, cd.name, codex)
-			readAll(t, e.do("POST", "/v1/responses", string(b), "Content-Encoding", strings.ToUpper(cd.header)))
-			sent, headers = append(sent, b), append(headers, strings.ToUpper(cd.header))
+			b := compress(t, cd.Name, codex)
+			readAll(t, e.do("POST", "/v1/responses", string(b), "Content-Encoding", strings.ToUpper(cd.Header)))
+			sent, headers = append(sent, b), append(headers, strings.ToUpper(cd.Header))
 		}
 		opaque := []byte("\x1b\x00 not brotli, but rotor cannot tell")
 		readAll(t, e.do("POST", "/v1/responses", string(opaque), "Content-Encoding", "br"))

@@ -2,15 +2,14 @@ package coding
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/rotorproxy/rotor/proxy/coding/codingtest"
 )
 
 // Tests of docs/codex.md "Compressed request bodies", for the codings
@@ -19,69 +18,16 @@ import (
 // it edited. The bound on a decoded body is package proxy's, and tested
 // there (decode_test.go).
 
-// compress encodes b as a client would, with encoders other than rotor's
-// own (the standard library's; klauspost's for zstd, which it lacks).
-// rawDeflate is deflate without zlib's wrapping, as some clients send it.
-func compress(t testing.TB, name string, b []byte) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	var w io.WriteCloser
-	switch name {
-	case "zstd":
-		w, _ = zstd.NewWriter(&out)
-	case "gzip":
-		w = gzip.NewWriter(&out)
-	case "deflate":
-		w = zlib.NewWriter(&out)
-	case "rawDeflate":
-		w, _ = flate.NewWriter(&out, flate.DefaultCompression)
-	default:
-		t.Fatalf("no coding %q", name)
-	}
-	if _, err := w.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
-}
+// compress and decompress are codingtest's, named as these tests use them.
+func compress(t testing.TB, name string, b []byte) []byte { return codingtest.Compress(t, name, b) }
 
-// decompress decodes what Encode wrote, independently of rotor.
 func decompress(t testing.TB, c Coding, b []byte) []byte {
-	t.Helper()
-	var r io.Reader
-	var err error
-	switch c {
-	case Zstd:
-		var d *zstd.Decoder
-		d, err = zstd.NewReader(bytes.NewReader(b))
-		if err == nil {
-			defer d.Close()
-		}
-		r = d
-	case Gzip:
-		r, err = gzip.NewReader(bytes.NewReader(b))
-	case Deflate:
-		r, err = zlib.NewReader(bytes.NewReader(b))
-	default:
-		t.Fatalf("no coding %v", c)
-	}
-	if err != nil {
-		t.Fatalf("a body that does not decode as %s: %v", c, err)
-	}
-	out, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatalf("a body that does not decode as %s: %v", c, err)
-	}
-	return out
+	return codingtest.Decompress(t, c.String(), b)
 }
 
 // codings are the client's Content-Encoding headers for each way of
 // compressing a body compress knows.
-var codings = []struct{ name, header string }{
-	{"zstd", "zstd"}, {"gzip", "gzip"}, {"deflate", "deflate"}, {"rawDeflate", "deflate"},
-}
+var codings = codingtest.Ways
 
 func TestParseCoding(t *testing.T) {
 	t.Parallel()
@@ -125,17 +71,17 @@ func TestReaderReadsWhatClientsSend(t *testing.T) {
 	t.Parallel()
 	plain := []byte(`{"model":"gpt-5","input":"` + strings.Repeat("hi there ", 20000) + `"}`)
 	for _, cd := range codings {
-		c, _ := Parse([]byte(cd.header))
-		raw := compress(t, cd.name, plain)
+		c, _ := Parse([]byte(cd.Header))
+		raw := compress(t, cd.Name, plain)
 		for i := range 3 {
 			r, err := NewReader(c, raw)
 			if err != nil {
-				t.Fatalf("%s, time %d: %v", cd.name, i, err)
+				t.Fatalf("%s, time %d: %v", cd.Name, i, err)
 			}
 			got, err := io.ReadAll(r)
 			r.Close()
 			if err != nil || !bytes.Equal(got, plain) {
-				t.Fatalf("%s, time %d: %d bytes, %v", cd.name, i, len(got), err)
+				t.Fatalf("%s, time %d: %d bytes, %v", cd.Name, i, len(got), err)
 			}
 		}
 	}
@@ -151,8 +97,8 @@ func TestReaderReadsWhatClientsSend(t *testing.T) {
 func TestReaderFailsOnWhatIsNotItsCoding(t *testing.T) {
 	t.Parallel()
 	for _, cd := range codings[:3] {
-		c, _ := Parse([]byte(cd.header))
-		good := compress(t, cd.name, []byte(strings.Repeat("hi ", 1000)))
+		c, _ := Parse([]byte(cd.Header))
+		good := compress(t, cd.Name, []byte(strings.Repeat("hi ", 1000)))
 		flipped := bytes.Clone(good)
 		flipped[len(flipped)/2] ^= 0xff
 		for _, body := range [][]byte{[]byte(`{"model":"gpt-5"}`), flipped, good[:len(good)-8]} {
@@ -162,9 +108,9 @@ func TestReaderFailsOnWhatIsNotItsCoding(t *testing.T) {
 		}
 	}
 	for _, cd := range codings {
-		c, _ := Parse([]byte(cd.header))
-		if err := readAll(c, compress(t, cd.name, []byte("{}"))); err != nil {
-			t.Errorf("%s after a failure: %v", cd.name, err)
+		c, _ := Parse([]byte(cd.Header))
+		if err := readAll(c, compress(t, cd.Name, []byte("{}"))); err != nil {
+			t.Errorf("%s after a failure: %v", cd.Name, err)
 		}
 	}
 }
@@ -210,8 +156,8 @@ func TestReaderIsRecycled(t *testing.T) {
 	plain := []byte(strings.Repeat(`{"type":"message","content":"hello"},`, 2000))
 	buf := make([]byte, 64<<10)
 	for _, cd := range codings {
-		c, _ := Parse([]byte(cd.header))
-		raw := compress(t, cd.name, plain)
+		c, _ := Parse([]byte(cd.Header))
+		raw := compress(t, cd.Name, plain)
 		allocs := testing.AllocsPerRun(20, func() {
 			r, err := NewReader(c, raw)
 			if err != nil {
@@ -223,7 +169,7 @@ func TestReaderIsRecycled(t *testing.T) {
 			r.Close()
 		})
 		if allocs > 1 {
-			t.Errorf("%s: %.1f allocations a body", cd.name, allocs)
+			t.Errorf("%s: %.1f allocations a body", cd.Name, allocs)
 		}
 	}
 }
@@ -232,8 +178,8 @@ func TestReaderIsRecycled(t *testing.T) {
 // Reader hands out what it read, never more than asked.
 func FuzzDecode(f *testing.F) {
 	for _, cd := range codings {
-		f.Add(compress(f, cd.name, []byte(`{"model":"gpt-5","input":"hi"}`)))
-		f.Add(compress(f, cd.name, make([]byte, 64<<10)))
+		f.Add(compress(f, cd.Name, []byte(`{"model":"gpt-5","input":"hi"}`)))
+		f.Add(compress(f, cd.Name, make([]byte, 64<<10)))
 	}
 	f.Add([]byte{})
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd}) // a zstd magic number, then nothing
