@@ -14,12 +14,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
@@ -89,23 +86,7 @@ func TestE2ECodexCredits(t *testing.T) {
 	}
 
 	// /status: the TUI's account/rateLimits/read through codex app-server.
-	as := w.start(60*time.Second, codex, "app-server", "--disable", "plugins", "-c", "check_for_update_on_startup=false",
-		"-c", "analytics.enabled=false", "-c", "feedback.enabled=false", "-c", `otel.exporter="none"`)
-	rpc := func(id int, method, params string) gjson.Result {
-		t.Helper()
-		as.send(`{"method":"` + method + `","id":` + strconv.Itoa(id) + `,"params":` + params + `}` + "\n")
-		for range 100 {
-			if j := as.json(); j.Get("id").Int() == int64(id) && (j.Get("result").Exists() || j.Get("error").Exists()) {
-				return j
-			}
-		}
-		t.Fatalf("codex app-server gave no answer to %s", method)
-		return gjson.Result{}
-	}
-	if j := rpc(1, "initialize", `{"clientInfo":{"name":"rotor_e2e","title":"rotor e2e","version":"0.0.0"}}`); !j.Get("result").Exists() {
-		t.Fatalf("codex app-server initialize: %s", j.Raw)
-	}
-	as.send(`{"method":"initialized"}` + "\n")
+	as, rpc := e2eAppServer(t, w, codex)
 	got := rpc(2, "account/rateLimits/read", "null")
 	if code := as.wait(); code != 0 {
 		t.Errorf("codex app-server exited %d\nstderr:\n%s", code, as.stderr.String())

@@ -558,23 +558,7 @@ func TestE2ECodexSignedIn(t *testing.T) {
 		}
 	}
 	t.Logf("codex exec asked GET /backend-api/wham/usage %d times", asked)
-	as := w.start(60*time.Second, codex, "app-server", "--disable", "plugins", "-c", "check_for_update_on_startup=false",
-		"-c", "analytics.enabled=false", "-c", "feedback.enabled=false", "-c", `otel.exporter="none"`)
-	rpc := func(id int, method, params string) gjson.Result {
-		t.Helper()
-		as.send(`{"method":"` + method + `","id":` + strconv.Itoa(id) + `,"params":` + params + `}` + "\n")
-		for range 100 {
-			if j := as.json(); j.Get("id").Int() == int64(id) && (j.Get("result").Exists() || j.Get("error").Exists()) {
-				return j
-			}
-		}
-		t.Fatalf("codex app-server gave no answer to %s", method)
-		return gjson.Result{}
-	}
-	if j := rpc(1, "initialize", `{"clientInfo":{"name":"rotor_e2e","title":"rotor e2e","version":"0.0.0"}}`); !j.Get("result").Exists() {
-		t.Fatalf("codex app-server initialize: %s", j.Raw)
-	}
-	as.send(`{"method":"initialized"}` + "\n")
+	as, rpc := e2eAppServer(t, w, codex)
 	before := len(tap.exchanges())
 	upstreamReads := e2eUsageReads(w.up)
 	got := rpc(2, "account/rateLimits/read", "null")
@@ -658,6 +642,30 @@ func TestE2ECodexSignedIn(t *testing.T) {
 	if n := auth.TokenCalls("refresh_token"); n != 0 {
 		t.Logf("%d refreshes at the sign-in server during the run", n)
 	}
+}
+
+// e2eAppServer starts `codex app-server` in w, as the TUI runs it,
+// initialized; rpc sends one request and returns its answer (bounded).
+func e2eAppServer(t *testing.T, w *e2eWorld, codex string) (as *e2eProc, rpc func(id int, method, params string) gjson.Result) {
+	t.Helper()
+	as = w.start(60*time.Second, codex, "app-server", "--disable", "plugins", "-c", "check_for_update_on_startup=false",
+		"-c", "analytics.enabled=false", "-c", "feedback.enabled=false", "-c", `otel.exporter="none"`)
+	rpc = func(id int, method, params string) gjson.Result {
+		t.Helper()
+		as.send(`{"method":"` + method + `","id":` + strconv.Itoa(id) + `,"params":` + params + `}` + "\n")
+		for range 100 {
+			if j := as.json(); j.Get("id").Int() == int64(id) && (j.Get("result").Exists() || j.Get("error").Exists()) {
+				return j
+			}
+		}
+		t.Fatalf("codex app-server gave no answer to %s", method)
+		return gjson.Result{}
+	}
+	if j := rpc(1, "initialize", `{"clientInfo":{"name":"rotor_e2e","title":"rotor e2e","version":"0.0.0"}}`); !j.Get("result").Exists() {
+		t.Fatalf("codex app-server initialize: %s", j.Raw)
+	}
+	as.send(`{"method":"initialized"}` + "\n")
+	return as, rpc
 }
 
 // e2eUsageReads counts the usage reads that reached the upstream.

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -92,40 +88,9 @@ func TestLoginDeviceAddsThenUpdates(t *testing.T) {
 func signedInBrowser(t *testing.T, h *cliHome) {
 	t.Helper()
 	bin := t.TempDir()
-	opened := filepath.Join(bin, "opened")
-	script := "#!/bin/sh\nprintf '%s' \"$1\" > " + opened + ".tmp && mv " + opened + ".tmp " + opened + "\n"
-	if err := os.WriteFile(filepath.Join(bin, "xdg-open"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	newcomerBrowser(t, bin)
 	h.setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	h.setenv("ROTOR_LOGIN_ADDR", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	browser := &http.Client{Timeout: 5 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			u, err := os.ReadFile(opened)
-			if err != nil {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			os.Remove(opened)
-			resp, err := browser.Get(string(u))
-			if err != nil {
-				t.Errorf("sign-in page: %v", err)
-				continue
-			}
-			resp.Body.Close()
-			if resp, err = browser.Get(resp.Header.Get("Location")); err != nil {
-				t.Errorf("callback: %v", err)
-				continue
-			}
-			resp.Body.Close()
-		}
-	}()
 }
 
 // newLoginHome is a rotor home signing in at a fresh fake sign-in server

@@ -379,7 +379,8 @@ func newNewcomerWorld(t *testing.T) (*e2eWorld, *oauthtest.Server) {
 }
 
 // newcomerBrowser puts a stand-in for the desktop's URL opener in bin and
-// plays the user's browser behind it: it opens the sign-in URL rotor hands
+// plays the user's browser behind it (for the README's lines and for
+// the in-process logins of login_test.go alike): it opens the sign-in URL rotor hands
 // it, follows the sign-in through to rotor's callback and wants rotor's
 // "Signed in" page there. The fake sign-in server decides which account
 // that is, as a signed-in browser would.
