@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotorproxy/rotor/accounts/oauth/oauthtest"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -91,6 +97,57 @@ func signedInBrowser(t *testing.T, h *cliHome) {
 	newcomerBrowser(t, bin)
 	h.setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	h.setenv("ROTOR_LOGIN_ADDR", "127.0.0.1:0")
+}
+
+// newcomerBrowser puts a stand-in for the desktop's URL opener in bin and
+// plays the user's browser behind it (for the README's lines and for
+// the in-process logins of login_test.go alike): it opens the sign-in URL rotor hands
+// it, follows the sign-in through to rotor's callback and wants rotor's
+// "Signed in" page there. The fake sign-in server decides which account
+// that is, as a signed-in browser would.
+func newcomerBrowser(t *testing.T, bin string) {
+	t.Helper()
+	name := "xdg-open"
+	if runtime.GOOS == "darwin" {
+		name = "open"
+	}
+	opened := filepath.Join(bin, "opened")
+	script := "#!/bin/sh\nprintf '%s' \"$1\" > " + opened + ".tmp && mv " + opened + ".tmp " + opened + "\n"
+	if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	browser := &http.Client{Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			u, err := os.ReadFile(opened)
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			os.Remove(opened)
+			resp, err := browser.Get(string(u))
+			if err != nil {
+				t.Errorf("the sign-in page: %v", err)
+				continue
+			}
+			resp.Body.Close()
+			// The page the user is left looking at.
+			if resp, err = browser.Get(resp.Header.Get("Location")); err != nil {
+				t.Errorf("rotor's callback: %v", err)
+				continue
+			}
+			page, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "Signed in. You can close this tab") {
+				t.Errorf("rotor's callback answered %d %q (%v), want the signed-in page", resp.StatusCode, page, err)
+			}
+		}
+	}()
 }
 
 // newLoginHome is a rotor home signing in at a fresh fake sign-in server
