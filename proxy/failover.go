@@ -240,7 +240,10 @@ func failureOf(e sse.Event) streamFailure {
 	if !failed {
 		return streamFailure{}
 	}
-	f := streamFailure{code, msg}
+	// Copies: the event's bytes are a buffer the hold-back returns to its
+	// pool, and another request's read may fill it while this failure is
+	// still being answered.
+	f := streamFailure{strings.Clone(code), strings.Clone(msg)}
 	switch {
 	case f.code != "":
 	case foreignContent("", f.message):
