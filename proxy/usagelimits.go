@@ -96,9 +96,8 @@ func poolCredits(rows []rotation.AccountStatus) *creditStatus {
 // main one that a live account of rows reports: the family as the
 // account with the most room for it shows it, of those it does not
 // limit; when it limits them all, the one that comes back first, its
-// fuller window used up until then. limitedOf is an account's family
-// limits.
-func poolFamilies(rows []rotation.AccountStatus, limitedOf func(id string) map[string]time.Time, now time.Time) []additionalLimit {
+// fuller window used up until then.
+func poolFamilies(rows []rotation.AccountStatus, now time.Time) []additionalLimit {
 	type best struct {
 		fam   *rotation.Family
 		q     *rotation.Quota
@@ -112,11 +111,10 @@ func poolFamilies(rows []rotation.AccountStatus, limitedOf func(id string) map[s
 		if r.Quota == nil || len(r.Quota.Families) == 0 || !live(r) {
 			continue
 		}
-		limits := limitedOf(r.Account.ID)
 		for j := range r.Quota.Families {
 			f := &r.Quota.Families[j]
 			c := best{fam: f, q: r.Quota, used: fuller(f, r.Quota.ObservedAt, now)}
-			if until := limits[f.ID]; until.After(now) {
+			if until := r.FamilyLimits[f.ID]; until.After(now) {
 				c.until = until
 			}
 			if r.State != "available" && c.until.IsZero() {
@@ -228,11 +226,10 @@ func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
 // account whose limits these are as they stand, 0 when none's are.
 func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown int) {
 	rows := sel.Status()
-	limitedOf := func(id string) map[string]time.Time { return sel.Runtime().Snapshot(id).FamilyLimits }
 	if i, _ := sel.Next(); i > 0 && i <= len(rows) && rows[i-1].State == "available" {
 		r := &rows[i-1]
 		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true}),
-			ResetCredits: poolResetCredits(rows), Credits: poolCredits(rows), Additional: poolFamilies(rows, limitedOf, now)}, i
+			ResetCredits: poolResetCredits(rows), Credits: poolCredits(rows), Additional: poolFamilies(rows, now)}, i
 	}
 	// Next names a process-pinned account even when it cannot serve; the
 	// refusal says why and until when, as the proxy itself would answer.
@@ -249,7 +246,7 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown 
 		back = comesBackAt(rows, ref.ResetAt)
 	}
 	out := usageLimits{PlanType: planUnknown, RateLimit: st, ResetCredits: poolResetCredits(rows),
-		Credits: poolCredits(rows), Additional: poolFamilies(rows, limitedOf, now)}
+		Credits: poolCredits(rows), Additional: poolFamilies(rows, now)}
 	q := ref.SoonestQuota
 	if back != nil {
 		out.PlanType, q = planOf(back), back.Quota

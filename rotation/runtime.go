@@ -342,13 +342,27 @@ func keepable(w *Window, now time.Time) *Window {
 }
 
 // OnCredits reports whether id spends credits for family now: a window of
-// it is full and not yet reset, and the account holds credits (docs/selection.md).
+// it is full and not yet reset, and the account holds credits
+// (docs/selection.md). It reads the account's derived view: every
+// request's end asks.
 func (r *Runtime) OnCredits(id, family string) bool {
-	now := r.clock.Now()
+	nowNS := r.clock.Now().UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.m[id]
-	return e != nil && e.st.Quota.OnCredits(NormalizeFamily(family), now)
+	if e == nil || !e.credits {
+		return false
+	}
+	full := e.full
+	if family != "" && family != MainFamily {
+		full = 0
+		for i := range e.fams {
+			if e.fams[i].id == family {
+				full = e.fams[i].full
+			}
+		}
+	}
+	return full > nowNS
 }
 
 // Metered reports whether id's backend told credits or limit families of
