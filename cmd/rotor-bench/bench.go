@@ -40,6 +40,10 @@ type config struct {
 	tls    bool
 	caFile string
 	roots  *x509.CertPool
+	// before is another rotor binary (an earlier commit's) run as a
+	// fifth peer, interleaved with the others, so a change is measured
+	// against what it changed in the same run, on the same load.
+	before string
 }
 
 // env is the environment of the run's child processes: the certificate
@@ -143,7 +147,11 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		}
 		fmt.Fprintln(log, "rotor-bench: the upstream is served over TLS")
 	}
-	fmt.Fprintf(out, "| scenario | measure | direct | naive | floor | rotor | rotor vs naive | rotor vs floor |\n|---|---|---|---|---|---|---|---|\n")
+	if cfg.before == "" {
+		fmt.Fprintf(out, "| scenario | measure | direct | naive | floor | rotor | rotor vs naive | rotor vs floor |\n|---|---|---|---|---|---|---|---|\n")
+	} else {
+		fmt.Fprintf(out, "| scenario | measure | direct | naive | floor | rotor | before | rotor vs naive | rotor vs floor | rotor vs before | before vs floor |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	}
 	for _, sc := range scenarios() {
 		if cfg.only != "" && !strings.Contains(sc.name, cfg.only) {
 			continue
@@ -220,6 +228,15 @@ func startPeers(ctx context.Context, cfg config, up string, log io.Writer, chatg
 		return nil, stop, fmt.Errorf("rotor: %w", err)
 	}
 	stops = append(stops, rotor.kill)
+	var earlier *proc
+	if cfg.before != "" {
+		bcfg := cfg
+		bcfg.rotor = cfg.before
+		if earlier, err = startRotor(ctx, bcfg, up, filepath.Join(home, "before"), chatgpt); err != nil {
+			return nil, stop, fmt.Errorf("rotor (before): %w", err)
+		}
+		stops = append(stops, earlier.kill)
+	}
 	if cfg.dashboard {
 		closePage, err := openDashboard(ctx, strings.TrimSuffix(rotor.line, "/v1"))
 		if err != nil {
@@ -228,12 +245,16 @@ func startPeers(ctx context.Context, cfg config, up string, log io.Writer, chatg
 		stops = append(stops, closePage)
 		fmt.Fprintln(log, "rotor-bench: a dashboard page is open on rotor")
 	}
-	return []peer{
+	peers = []peer{
 		{name: "direct", base: up + "/v1"},
 		{name: "naive", base: strings.TrimSpace(naive.line) + "/v1", pid: naive.cmd.Process.Pid},
 		{name: "floor", base: floor.line + "/v1", pid: floor.cmd.Process.Pid},
 		{name: "rotor", base: rotor.line, pid: rotor.cmd.Process.Pid},
-	}, stop, nil
+	}
+	if earlier != nil {
+		peers = append(peers, peer{name: "before", base: earlier.line, pid: earlier.cmd.Process.Pid})
+	}
+	return peers, stop, nil
 }
 
 // better reports whether run a beats run b: more streams completed, then
@@ -384,9 +405,14 @@ func pct(xs []time.Duration, p int) time.Duration {
 // table prints sc's rows: each measure through each peer, and rotor's
 // ratio to the naive and to the floor proxy (above 1 is better for rotor
 // on throughput rows, below 1 on the others). rs is direct, naive, floor,
-// rotor.
+// rotor, and with -before the earlier rotor, whose columns then follow:
+// its figures, rotor's ratio to it and its own to the floor.
 func table(w io.Writer, sc scenario, rs []*result) {
 	d, n, f, r := rs[0], rs[1], rs[2], rs[3]
+	var b *result
+	if len(rs) > 4 {
+		b = rs[4]
+	}
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.2f ms", float64(x.Microseconds())/1000) }
 	ratio := func(a, b float64) string {
 		// An added latency below zero is the direct run's own noise at
@@ -399,12 +425,21 @@ func table(w io.Writer, sc scenario, rs []*result) {
 	// row prints one measure: direct's cell as given, each proxy's from
 	// text, and rotor's ratios from value (none when value is nil).
 	row := func(measure, direct string, text func(*result) string, value func(*result) float64) {
+		cells := []string{sc.name, measure, direct, text(n), text(f), text(r)}
+		if b != nil {
+			cells = append(cells, text(b))
+		}
 		vs := []string{"-", "-"}
 		if value != nil {
 			vs = []string{ratio(value(r), value(n)), ratio(value(r), value(f))}
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			sc.name, measure, direct, text(n), text(f), text(r), vs[0], vs[1])
+		if b != nil {
+			vs = append(vs, "-", "-")
+			if value != nil {
+				vs[2], vs[3] = ratio(value(r), value(b)), ratio(value(b), value(f))
+			}
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(append(cells, vs...), " | "))
 	}
 	perReq := func(x *result) float64 { return float64(x.cpu) / float64(max(x.requests, 1)) }
 	perReqText := func(x *result) string {
@@ -438,9 +473,13 @@ func table(w io.Writer, sc scenario, rs []*result) {
 	}
 	row("proxy peak RSS", "-", func(x *result) string { return fmt.Sprintf("%.0f MB", x.peakRSSMB) },
 		func(x *result) float64 { return x.peakRSSMB })
+	ratios := 2
+	if b != nil {
+		ratios = 4
+	}
 	for i, x := range rs {
 		if x.errors > 0 {
-			cells := make([]string, len(rs)+2) // the peers' columns, then the ratios'
+			cells := make([]string, len(rs)+ratios) // the peers' columns, then the ratios'
 			cells[i] = fmt.Sprintf("%d of %d", x.errors, x.requests)
 			fmt.Fprintf(w, "| %s | errors | %s |\n", sc.name, strings.Join(cells, " | "))
 		}

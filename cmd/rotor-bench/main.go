@@ -31,6 +31,7 @@ func main() {
 	flag.StringVar(&cfg.only, "only", "", "run only scenarios whose name contains this")
 	flag.BoolVar(&cfg.dashboard, "dashboard", false, "keep rotor's dashboard open (logged in, its live stream read) during the run")
 	flag.BoolVar(&cfg.tls, "tls", false, "serve the upstream over TLS, as the real backends are, with a certificate only the run trusts")
+	flag.StringVar(&cfg.before, "before", "", "another rotor binary (an earlier build) to run beside rotor, interleaved, with its own columns")
 	peer := flag.String("peer", "", "internal: run as the naive proxy in front of this upstream URL")
 	floor := flag.String("floor", "", "internal: run as the floor proxy (a bare fasthttp pass-through) in front of this upstream URL")
 	asUpstream := flag.Bool("upstream", false, "internal: run as the upstream")
