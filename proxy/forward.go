@@ -29,7 +29,7 @@ func (s *Server) serve(w responder, r *request) {
 //go:noinline
 func (s *Server) admit(w responder, r *request) bool {
 	r.start, r.counted = s.deps.Clock.Now(), true
-	s.metrics.started()
+	s.metrics.Started()
 	if spec := r.read(s.cfg.MaxBody); spec != nil {
 		s.refuse(w, r, *spec, nil)
 		return false
