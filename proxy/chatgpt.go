@@ -34,6 +34,7 @@ const codexClientVersion = "0.169.0"
 func (chatgptAdapter) Refreshes() bool    { return true }
 func (chatgptAdapter) AddCommand() string { return `"rotor login" or "rotor import codex"` }
 func (chatgptAdapter) meter() string      { return metrics.MeterValue }
+func (chatgptAdapter) listsCatalog() bool { return true }
 
 func (ad chatgptAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), chatgptPaths[opModels], nil), a, sec)

@@ -94,14 +94,14 @@ func (s *Server) forward(w responder, r *request) {
 	}
 }
 
-// anyCodexAccount reports whether the pool has a ChatGPT account enabled
-// and not flagged.
+// anyCodexAccount reports whether the pool has an account enabled and not
+// flagged whose kind lists Codex's catalog (a ChatGPT account).
 //
 //go:noinline
 func (s *Server) anyCodexAccount() bool {
 	return slices.ContainsFunc(s.deps.Selector.Pool().Accounts, func(a accounts.Account) bool {
 		_, flagged := a.Flagged()
-		return a.Kind == accounts.KindChatGPT && a.Enabled && !flagged
+		return a.Enabled && !flagged && s.adapters.For(a.Kind).listsCatalog()
 	})
 }
 
