@@ -47,6 +47,14 @@ type Adapter interface {
 	// refuses is the skip reason of an account of this kind for r, ""
 	// when it can serve it.
 	refuses(r *request) string
+	// listsCatalog reports whether the kind's models list is Codex's
+	// catalog (docs/codex.md): while an account of such a kind can answer
+	// Codex's models request, no other kind is asked it.
+	listsCatalog() bool
+	// meter is which meter the kind's usage counts in, in /metrics'
+	// dollars (docs/cost.md): metrics.MeterCost for what it cost,
+	// metrics.MeterValue for what it would have cost at API prices.
+	meter() string
 }
 
 // HeaderSetter is the part of a request header an adapter writes; both

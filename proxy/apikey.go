@@ -6,6 +6,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/metrics"
 )
 
 // apiKeyAdapter serves API-key accounts: OpenAI's API, or any base_url
@@ -19,6 +20,8 @@ var apiKeyPaths = [opCount]string{opResponses: "/responses", opCompact: "/respon
 
 func (apiKeyAdapter) Refreshes() bool    { return false }
 func (apiKeyAdapter) AddCommand() string { return `"rotor add-key"` }
+func (apiKeyAdapter) meter() string      { return metrics.MeterCost }
+func (apiKeyAdapter) listsCatalog() bool { return false }
 
 func (ad apiKeyAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), apiKeyPaths[opModels], nil), a, sec)

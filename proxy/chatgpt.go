@@ -15,6 +15,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/metrics"
 )
 
 // chatgptAdapter serves ChatGPT accounts through the Codex backend (docs/selection.md, docs/accounts.md): it only streams, does not store, rejects a few parameters
@@ -32,6 +33,8 @@ const codexClientVersion = "0.169.0"
 
 func (chatgptAdapter) Refreshes() bool    { return true }
 func (chatgptAdapter) AddCommand() string { return `"rotor login" or "rotor import codex"` }
+func (chatgptAdapter) meter() string      { return metrics.MeterValue }
+func (chatgptAdapter) listsCatalog() bool { return true }
 
 func (ad chatgptAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, sec *secrets.Secret) (*http.Request, error) {
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), chatgptPaths[opModels], nil), a, sec)

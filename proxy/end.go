@@ -5,6 +5,7 @@ import (
 	"time"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/metrics"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -62,8 +63,13 @@ func (s *Server) finish(r *request, e ending) {
 		rec.Credits = onCredits
 		s.deps.Usage.Append(rec)
 	}
-	s.metrics.finished(r, &e, id, index, dur, onCredits)
-	s.costs.count(r.model, e.tokens, e.choice, id, index)
+	s.metrics.Finished(metrics.Request{AccountID: id, Index: index, Model: r.model, Status: e.status, Code: e.code,
+		Tokens: e.tokens, TTFB: e.ttfb, Dur: dur, Answered: e.choice != nil || e.answered,
+		Counted: r.counted, Streamed: r.streaming, OnCredits: onCredits})
+	for _, v := range r.verdicts {
+		s.metrics.Failover(int(v))
+	}
+	s.costs.Count(r.model, e.tokens, e.choice, id, index)
 	ev := s.deps.Log.Info()
 	if e.warn {
 		ev = s.deps.Log.Warn()

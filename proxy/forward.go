@@ -29,7 +29,7 @@ func (s *Server) serve(w responder, r *request) {
 //go:noinline
 func (s *Server) admit(w responder, r *request) bool {
 	r.start, r.counted = s.deps.Clock.Now(), true
-	s.metrics.started()
+	s.metrics.Started()
 	if spec := r.read(s.cfg.MaxBody); spec != nil {
 		s.refuse(w, r, *spec, nil)
 		return false
@@ -94,14 +94,14 @@ func (s *Server) forward(w responder, r *request) {
 	}
 }
 
-// anyCodexAccount reports whether the pool has a ChatGPT account enabled
-// and not flagged.
+// anyCodexAccount reports whether the pool has an account enabled and not
+// flagged whose kind lists Codex's catalog (a ChatGPT account).
 //
 //go:noinline
 func (s *Server) anyCodexAccount() bool {
 	return slices.ContainsFunc(s.deps.Selector.Pool().Accounts, func(a accounts.Account) bool {
 		_, flagged := a.Flagged()
-		return a.Kind == accounts.KindChatGPT && a.Enabled && !flagged
+		return a.Enabled && !flagged && s.adapters.For(a.Kind).listsCatalog()
 	})
 }
 

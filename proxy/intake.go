@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/promtext"
 )
 
 // op is what a client asked for; each adapter maps it to an upstream URL.
@@ -26,7 +27,7 @@ const (
 	opHealth // answered by rotor itself, never forwarded
 	// Codex's usage limits, also answered by rotor itself (usagelimits.go).
 	opUsageLimits
-	// The metrics, answered by rotor itself (exposition.go).
+	// The metrics, answered by rotor itself (answerMetrics).
 	opMetrics
 	// The account the next new conversation goes to, answered by rotor
 	// itself (next.go).
@@ -57,6 +58,17 @@ var routes = map[string]route{
 	"/api/codex/usage":        {fasthttp.MethodGet, opUsageLimits},
 	metricsPath:               {fasthttp.MethodGet, opMetrics},
 	NextPath:                  {fasthttp.MethodGet, opNext},
+}
+
+// metricsPath is where the metrics are served; it takes the client key
+// or a dashboard cookie (docs/cost.md).
+const metricsPath = "/metrics"
+
+// answerMetrics writes the registry in Prometheus's text format, straight
+// into the fasthttp response's body.
+func (s *Server) answerMetrics(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType(promtext.ContentType)
+	ctx.Response.SetBodyRaw(s.metrics.Registry().Append(make([]byte, 0, 16<<10)))
 }
 
 // surface is the list of routes a 404 names.

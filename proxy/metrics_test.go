@@ -13,9 +13,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/metrics"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
-	"github.com/rotorproxy/rotor/rotation"
-	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
 // scrape reads /metrics with the client key and parses it with the
@@ -184,11 +183,11 @@ func TestMetricsLabelsStayBounded(t *testing.T) {
 			}
 		}
 	}
-	if len(models) != maxLabelValues+1 || !models[otherLabel] {
-		t.Errorf("%d model label values (other: %v), want %d and other", len(models), models[otherLabel], maxLabelValues+1)
+	if len(models) != metrics.MaxLabelValues+1 || !models[metrics.Other] {
+		t.Errorf("%d model label values (other: %v), want %d and other", len(models), models[metrics.Other], metrics.MaxLabelValues+1)
 	}
-	if got := sample(fams, "rotor_requests_total", "model", otherLabel); got != 200-maxLabelValues {
-		t.Errorf("other: %v requests, want %d", got, 200-maxLabelValues)
+	if got := sample(fams, "rotor_requests_total", "model", metrics.Other); got != 200-metrics.MaxLabelValues {
+		t.Errorf("other: %v requests, want %d", got, 200-metrics.MaxLabelValues)
 	}
 }
 
@@ -209,24 +208,6 @@ func TestMetricsNeedTheClientKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectError(t, resp, 403, "runtime_rotation_proxy_forbidden_host")
-}
-
-// What finish pays to count a request once its label set is known: atomic
-// adds, no lock, no allocation.
-func BenchmarkMetricsFinished(b *testing.B) {
-	e := newBenchEnv(b)
-	m := e.srv.metrics
-	r := &request{model: "gpt-5", counted: true, verdicts: []verdict{verdictServerError, verdictOK}}
-	ch := e.sel.Status()[0]
-	end := ending{status: 200, choice: &rotation.Choice{Index: 1, Account: ch.Account}, ttfb: time.Millisecond,
-		tokens: &usage.Tokens{Input: 10, Cached: 5, Output: 2}}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			m.started()
-			m.finished(r, &end, ch.Account.ID, 1, time.Second, false)
-		}
-	})
 }
 
 // A model named with bytes that are not UTF-8 (the body is forwarded as

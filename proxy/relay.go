@@ -106,7 +106,7 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 	}
 	if !rl.isJSON && !rl.assembled && sseAnswer(resp) {
 		r.streaming = true
-		s.metrics.streamOpened()
+		s.metrics.StreamOpened()
 	}
 	w.commit(rl.status, &resp.Header, rl, n)
 }

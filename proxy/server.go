@@ -26,6 +26,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/metrics"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -201,8 +202,8 @@ type Server struct {
 	identities  identities  // the installation id each account is shown (docs/codex.md)
 	compactions compactions // the requests behind the compactions relayed (docs/codex.md)
 	tokens      poolTokens  // the pool's access tokens Codex signed in may send (docs/codex.md)
-	metrics     *metrics
-	costs       *costMetrics // the dollars in /metrics (docs/cost.md)
+	metrics     *metrics.Metrics
+	costs       *metrics.Costs // the dollars in /metrics (docs/cost.md)
 }
 
 // New returns a proxy with cfg and deps. It does not listen yet.
@@ -222,8 +223,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
 	s.identities = newIdentities(deps.IdentityKey)
-	s.metrics = newMetrics(deps.Selector, &s.sockets)
-	s.costs = newCostMetrics(deps.Prices, deps.Selector, &s.metrics.reg)
+	s.metrics = metrics.New(deps.Selector, s.sockets.count, failoverOutcomes())
+	s.costs = metrics.NewCosts(deps.Prices, deps.Selector, s.metrics.Registry(),
+		func(k accounts.Kind) string { return s.adapters.For(k).meter() })
 	s.setKey(cfg.ClientKey)
 	s.exits = newExits(&s.cfg)
 	s.srv = &fasthttp.Server{
@@ -250,6 +252,18 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		Logger:                        fasthttpLogger{deps.Log},
 	}
 	return s, nil
+}
+
+// failoverOutcomes are the outcome labels of rotor_failovers_total by
+// verdict: a row's name when it moves the request on, "" when not.
+func failoverOutcomes() []string {
+	names := make([]string, verdictCount)
+	for v, row := range failover {
+		if row.rotate {
+			names[v] = row.name
+		}
+	}
+	return names
 }
 
 // MinClientKeyLen is the shortest client key a Server takes (docs/files.md).

@@ -1,4 +1,18 @@
-package proxy
+// Package metrics keeps the counters GET /metrics shows (docs/cost.md) and
+// writes their exposition: requests, tokens, failovers, time to first byte
+// and duration, what is open now, the pool's gauges read at scrape time,
+// and the dollars the usage comes to at the price table's prices.
+//
+// It guarantees two things the request path relies on. Counting a
+// request costs atomic adds on counters resolved once, with no lock and
+// no allocation once its label set has been seen. And every label is
+// bounded: nothing a request carries (its id, key, cache key) is ever a
+// label, and models and codes collapse to Other past MaxLabelValues.
+//
+// It knows nothing of proxy's types: the request path hands it a Request
+// of plain values, the failover outcomes by index, the open sockets as a
+// func and each account kind's meter as a func, and keeps the wiring.
+package metrics
 
 import (
 	"maps"
@@ -10,20 +24,21 @@ import (
 
 	"github.com/rotorproxy/rotor/proxy/promtext"
 	"github.com/rotorproxy/rotor/rotation"
+	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// metrics are the counters GET /metrics shows (docs/cost.md). finish is the
-// one place that counts a request; commit and serve only move the gauges
-// of what is open.
+// Metrics are the counters GET /metrics shows (docs/cost.md). A request is
+// counted once, as it finishes (Finished); the gauges of what is open move
+// as it starts and as its stream opens.
 //
 // A request pays atomic adds on counters resolved once: the label set it
 // falls in (account, model, status, code) is looked up in a read-mostly
 // table, and only a label set never seen before takes a lock, to resolve
 // its children of the vectors. Every label is bounded: account index and
-// label come from the pool, models and codes collapse to "other" past
-// maxLabelValues each, and nothing a request carries (its id, key, cache
+// label come from the pool, models and codes collapse to Other past
+// MaxLabelValues each, and nothing a request carries (its id, key, cache
 // key) is ever a label.
-type metrics struct {
+type Metrics struct {
 	reg       promtext.Registry
 	requests  *promtext.CounterVec
 	tokens    *promtext.CounterVec
@@ -32,20 +47,20 @@ type metrics struct {
 	duration  *promtext.Histogram
 	inFlight  *promtext.Gauge
 	streams   *promtext.Gauge
-	failovers [verdictCount]*promtext.Counter
+	failovers []*promtext.Counter // by the index Failover is given; nil: not one
 	models    boundedNames
 	codes     boundedNames
 	series    readMostly[seriesKey, *series]
 	sel       *rotation.Selector
 }
 
-// maxLabelValues is how many distinct models (and codes) get a label
-// value of their own; the rest are "other", so a client sending made-up
+// MaxLabelValues is how many distinct models (and codes) get a label
+// value of their own; the rest are Other, so a client sending made-up
 // model names cannot grow the exposition without bound.
-const maxLabelValues = 32
+const MaxLabelValues = 32
 
-// otherLabel is the label value of the models and codes past the limit.
-const otherLabel = "other"
+// Other is the label value of the models and codes past the limit.
+const Other = "other"
 
 // noAccount is the account label of a request no account served (refused
 // before a pick, or with none left to pick).
@@ -69,11 +84,17 @@ type series struct {
 	onCredits      atomic.Pointer[promtext.Counter]
 }
 
-// newMetrics registers rotor's metrics, the pool's gauges (read from sel
-// at scrape time) and the process's own, on a registry of the Server's
-// own.
-func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
-	m := &metrics{models: boundedNames{limit: maxLabelValues}, codes: boundedNames{limit: maxLabelValues}, sel: sel}
+// New registers rotor's metrics, the pool's gauges (read from sel at
+// scrape time, with sockets saying how many client WebSockets are open)
+// and the process's own, on a registry of its own.
+//
+// failovers names the outcomes an upstream attempt can come to, by the
+// index the request path gives Failover: failovers[i] is the outcome
+// label of index i when it moves a request on to another account, ""
+// when it does not (it is not counted). The request path keeps its table
+// of outcomes; this package only counts them.
+func New(sel *rotation.Selector, sockets func() int, failovers []string) *Metrics {
+	m := &Metrics{models: boundedNames{limit: MaxLabelValues}, codes: boundedNames{limit: MaxLabelValues}, sel: sel}
 	r := &m.reg
 	m.requests = r.CounterVec("rotor_requests_total",
 		"Finished requests by the account that answered (or was tried last), model as sent, status and error code.",
@@ -92,11 +113,12 @@ func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
 		[]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})
 	m.inFlight = r.Gauge("rotor_requests_in_flight", "Requests read and not yet finished.")
 	m.streams = r.Gauge("rotor_open_streams", "Streamed answers being relayed now.")
-	failovers := r.CounterVec("rotor_failovers_total",
+	outcomes := r.CounterVec("rotor_failovers_total",
 		"Upstream attempts whose outcome moves the request on to another account, by outcome.", "outcome")
-	for v := range verdictCount {
-		if failover[v].rotate {
-			m.failovers[v] = failovers.With(failover[v].name)
+	m.failovers = make([]*promtext.Counter, len(failovers))
+	for i, name := range failovers {
+		if name != "" {
+			m.failovers[i] = outcomes.With(name)
 		}
 	}
 	pool := poolGauges{sel: sel, sockets: sockets}
@@ -105,20 +127,53 @@ func newMetrics(sel *rotation.Selector, sockets *socketSet) *metrics {
 	return m
 }
 
-// started counts a request read and on its way; finished counts it out.
-func (m *metrics) started() { m.inFlight.Inc() }
+// Request is a finished request as the counters see it: the values the
+// request path hands Finished, none of them kept.
+type Request struct {
+	// AccountID and Index are the account that answered, or was tried
+	// last; Index is its place in the pool, 0 for none.
+	AccountID string
+	Index     int
+	Model     string // as the client sent it
+	Status    int
+	Code      string // the error code, "" for none
+	Tokens    *usage.Tokens
+	// TTFB is the time to the answer's first byte; 0 when none passed.
+	TTFB time.Duration
+	// Dur is the time from its arrival to its end.
+	Dur time.Duration
+	// Answered: an upstream answered it, if with an error passed on or
+	// answered for.
+	Answered bool
+	// Counted: Started counted it in. Streamed: StreamOpened counted its
+	// stream.
+	Counted, Streamed bool
+	// OnCredits: its account served it on credits (docs/selection.md).
+	OnCredits bool
+}
 
-// streamOpened counts a streamed answer whose relay has begun; finished
+// Started counts a request read and on its way; Finished counts it out.
+func (m *Metrics) Started() { m.inFlight.Inc() }
+
+// StreamOpened counts a streamed answer whose relay has begun; Finished
 // counts it out.
-func (m *metrics) streamOpened() { m.streams.Inc() }
+func (m *Metrics) StreamOpened() { m.streams.Inc() }
 
-// finished counts r, ended as e after dur, on the account id at index
-// (0: none), served on credits or not: called by finish alone.
-func (m *metrics) finished(r *request, e *ending, id string, index int, dur time.Duration, onCredits bool) {
-	se := m.series.get(seriesKey{id: id, index: index, status: e.status,
-		model: m.models.name(r.model), code: m.codes.name(e.code)}, m.newSeries)
+// Failover counts an upstream attempt that came to the outcome of index i
+// of New's failovers, if that outcome moves a request on.
+func (m *Metrics) Failover(i int) {
+	if c := m.failovers[i]; c != nil {
+		c.Inc()
+	}
+}
+
+// Finished counts r out: the request path calls it once a request, as it
+// ends, whatever the end.
+func (m *Metrics) Finished(r Request) {
+	se := m.series.get(seriesKey{id: r.AccountID, index: r.Index, status: r.Status,
+		model: m.models.name(r.Model), code: m.codes.name(r.Code)}, m.newSeries)
 	se.requests.Inc()
-	if onCredits {
+	if r.OnCredits {
 		c := se.onCredits.Load()
 		if c == nil {
 			c = m.credits.With(se.account, se.label)
@@ -126,40 +181,40 @@ func (m *metrics) finished(r *request, e *ending, id string, index int, dur time
 		}
 		c.Inc()
 	}
-	if t := e.tokens; t != nil {
+	if t := r.Tokens; t != nil {
 		se.input.Add(float64(t.Input))
 		se.cached.Add(float64(t.Cached))
 		se.output.Add(float64(t.Output))
 	}
-	if e.choice != nil || e.answered {
+	if r.Answered {
 		// Every request an upstream answered, errors included: an error
 		// passed on (or answered for) is the first byte of its answer,
 		// sent as rotor finishes it; so is a relayed answer's end when
 		// no byte of it passed.
-		ttfb := e.ttfb
+		ttfb := r.TTFB
 		if ttfb <= 0 {
-			ttfb = dur
+			ttfb = r.Dur
 		}
 		m.ttfb.Observe(ttfb.Seconds())
 	}
-	if r.counted {
-		m.duration.Observe(dur.Seconds())
+	if r.Counted {
+		m.duration.Observe(r.Dur.Seconds())
 		m.inFlight.Dec()
 	}
-	if r.streaming {
+	if r.Streamed {
 		m.streams.Dec()
 	}
-	for _, v := range r.verdicts {
-		if c := m.failovers[v]; c != nil {
-			c.Inc()
-		}
-	}
 }
+
+// Registry is where the counters are registered, in the order /metrics
+// writes them: NewCosts registers the dollars on it, and the request
+// path writes it as the answer to GET /metrics.
+func (m *Metrics) Registry() *promtext.Registry { return &m.reg }
 
 // newSeries resolves the children of k's label set, with the account's
 // label as the pool has it now. It is always kept: every part of the key
 // is bounded.
-func (m *metrics) newSeries(k seriesKey, _ int) (*series, bool) {
+func (m *Metrics) newSeries(k seriesKey, _ int) (*series, bool) {
 	account, label := noAccount, ""
 	if k.index > 0 {
 		account = strconv.Itoa(k.index)
@@ -224,7 +279,7 @@ func (c *readMostly[K, V]) get(k K, newV func(k K, held int) (V, bool)) V {
 }
 
 // boundedNames gives the first limit distinct names a label value of their
-// own and every later one otherLabel.
+// own and every later one Other.
 type boundedNames struct {
 	limit int
 	known readMostly[string, string]
@@ -232,18 +287,18 @@ type boundedNames struct {
 }
 
 // name is v's label value: v itself (a copy, so no request's memory is
-// held), or otherLabel once limit names are known.
+// held), or Other once limit names are known.
 func (b *boundedNames) name(v string) string {
 	if n, ok := b.known.load(v); ok {
 		return n
 	}
 	if b.full.Load() {
-		return otherLabel // no lock once full, whatever names come
+		return Other // no lock once full, whatever names come
 	}
 	return b.known.get(v, func(v string, held int) (string, bool) {
 		if held >= b.limit {
 			b.full.Store(true)
-			return otherLabel, false
+			return Other, false
 		}
 		return strings.Clone(v), true
 	})

@@ -1,4 +1,4 @@
-package proxy
+package metrics
 
 import (
 	"strconv"
@@ -10,9 +10,9 @@ import (
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
 
-// costMetrics are the dollars in GET /metrics (docs/cost.md): every finished
-// request's usage priced at the serve's price table, as finish records
-// it.
+// Costs are the dollars in GET /metrics (docs/cost.md): every finished
+// request's usage priced at the serve's price table, as the request path's
+// end records it.
 //
 //   - rotor_cost_usd_total{account,model,kind}: kind "cost" for what an
 //     API-key account's usage cost, "value" for what a ChatGPT account's
@@ -26,9 +26,10 @@ import (
 // name the table prices a model under (a dated snapshot counts under its
 // base model), so it takes no value the table does not hold, and an
 // unknown model takes none at all.
-type costMetrics struct {
+type Costs struct {
 	table    *prices.Table
 	sel      *rotation.Selector
+	meter    func(accounts.Kind) string
 	cost     *promtext.CounterVec
 	saved    *promtext.CounterVec
 	unpriced *promtext.CounterVec
@@ -36,11 +37,11 @@ type costMetrics struct {
 }
 
 // costKey is the label set a request's money is counted under; model is
-// "" for a model the table does not know.
+// "" for a model the table does not know; kind is the account's meter.
 type costKey struct {
 	index int
 	model string
-	kind  accounts.Kind
+	kind  string
 }
 
 // costSeries are the counters of one label set, resolved once: cost and
@@ -49,16 +50,21 @@ type costSeries struct {
 	cost, saved, unpriced *promtext.Counter
 }
 
-// costKinds are the kind label of each account kind.
-var costKinds = map[accounts.Kind]string{accounts.KindAPIKey: "cost", accounts.KindChatGPT: "value"}
+// The kind label of an account's money: which meter its usage counts in.
+const (
+	MeterCost  = "cost"  // what the usage cost (API-key accounts)
+	MeterValue = "value" // what it would have cost at API prices (ChatGPT accounts)
+)
 
-// newCostMetrics registers the cost counters on reg, pricing with table
-// (nil: the shipped prices).
-func newCostMetrics(table *prices.Table, sel *rotation.Selector, reg *promtext.Registry) *costMetrics {
+// NewCosts registers the cost counters on reg, pricing with table (nil:
+// the shipped prices). meter says which meter an account of a kind counts
+// in, MeterCost or MeterValue; the request path's adapters know, this
+// package does not tell kinds apart.
+func NewCosts(table *prices.Table, sel *rotation.Selector, reg *promtext.Registry, meter func(accounts.Kind) string) *Costs {
 	if table == nil {
 		table = prices.Shipped()
 	}
-	return &costMetrics{table: table, sel: sel,
+	return &Costs{table: table, sel: sel, meter: meter,
 		cost: reg.CounterVec("rotor_cost_usd_total",
 			"USD at the price table's prices of the usage of priced models, by account, model and kind: cost (API-key accounts) or value (ChatGPT accounts, at API prices).",
 			"account", "model", "kind"),
@@ -71,20 +77,20 @@ func newCostMetrics(table *prices.Table, sel *rotation.Selector, reg *promtext.R
 	}
 }
 
-// count prices the tokens t of a request for model, served by the account
+// Count prices the tokens t of a request for model, served by the account
 // ch chose, or else by the account id at index (0: none, nothing to
 // price).
-func (c *costMetrics) count(model string, t *usage.Tokens, ch *rotation.Choice, id string, index int) {
+func (c *Costs) Count(model string, t *usage.Tokens, ch *rotation.Choice, id string, index int) {
 	if t == nil || index <= 0 {
 		return
 	}
-	var kind accounts.Kind
+	var kind string
 	if ch != nil {
-		kind = ch.Account.Kind
+		kind = c.meter(ch.Account.Kind)
 	} else if a := c.sel.Pool().At(index); a != nil && a.ID == id {
-		kind = a.Kind
+		kind = c.meter(a.Kind)
 	}
-	if costKinds[kind] == "" {
+	if kind == "" {
 		return // an account since replaced at its index: its kind is unknown
 	}
 	name, p, ok := c.table.Lookup(model)
@@ -99,8 +105,8 @@ func (c *costMetrics) count(model string, t *usage.Tokens, ch *rotation.Choice, 
 
 // newSeries resolves the children of k's label set. It is always kept:
 // every part of the key is bounded.
-func (c *costMetrics) newSeries(k costKey, _ int) (*costSeries, bool) {
-	account, kind := strconv.Itoa(k.index), costKinds[k.kind]
+func (c *Costs) newSeries(k costKey, _ int) (*costSeries, bool) {
+	account, kind := strconv.Itoa(k.index), k.kind
 	if k.model == "" {
 		return &costSeries{unpriced: c.unpriced.With(account, kind)}, true
 	}

@@ -1,37 +1,24 @@
-package proxy
+package metrics
 
 import (
 	"strconv"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/proxy/promtext"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// metricsPath is where the metrics are served; it takes the client key
-// or a dashboard cookie (docs/cost.md).
-const metricsPath = "/metrics"
-
-// answerMetrics writes the registry in Prometheus's text format, straight
-// into the fasthttp response's body.
-func (s *Server) answerMetrics(ctx *fasthttp.RequestCtx) {
-	ctx.SetContentType(promtext.ContentType)
-	ctx.Response.SetBodyRaw(s.metrics.reg.Append(make([]byte, 0, 16<<10)))
-}
-
 // poolGauges reads the pool at scrape time, never on a request's way:
 // each account's state, health and quota windows, and the open sockets.
 type poolGauges struct {
 	sel     *rotation.Selector
-	sockets *socketSet
+	sockets func() int
 }
 
 // write writes the pool as Selector.Status shows it, one family at a
 // time.
 func (g poolGauges) write(w *promtext.Writer) {
 	w.Family("rotor_open_websockets", "gauge", "Client WebSockets open now.")
-	w.Sample("rotor_open_websockets", float64(g.sockets.count()))
+	w.Sample("rotor_open_websockets", float64(g.sockets()))
 	status := g.sel.Status()
 	w.Family("rotor_account_state", "gauge",
 		"1 for the state each account is in now: available, rate-limited, cooling-down:<reason>, circuit-open, disabled or flagged.")
