@@ -65,8 +65,8 @@ type Adapters struct {
 // bases; empty ones default as in Config.
 func NewAdapters(chatgptBase, openaiBase string) *Adapters {
 	return &Adapters{byKind: map[accounts.Kind]Adapter{
-		accounts.KindChatGPT: chatgptAdapter{upstream{cmp.Or(chatgptBase, DefaultChatGPTBase)}},
-		accounts.KindAPIKey:  apiKeyAdapter{upstream{cmp.Or(openaiBase, DefaultOpenAIBase)}},
+		accounts.KindChatGPT: chatgptAdapter{upstreamBase{cmp.Or(chatgptBase, DefaultChatGPTBase)}},
+		accounts.KindAPIKey:  apiKeyAdapter{upstreamBase{cmp.Or(openaiBase, DefaultOpenAIBase)}},
 	}}
 }
 
@@ -96,11 +96,11 @@ func (as *Adapters) WithEnvProxy(env netproxy.Func) *Adapters {
 	return &c
 }
 
-// upstream is a kind's configured upstream base, which an account's own
+// upstreamBase is a kind's configured upstream base, which an account's own
 // base_url overrides; adapters embed it.
-type upstream struct{ configBase string }
+type upstreamBase struct{ configBase string }
 
-func (u upstream) base(accountBase string) string { return cmp.Or(accountBase, u.configBase) }
+func (u upstreamBase) base(accountBase string) string { return cmp.Or(accountBase, u.configBase) }
 
 // upstreamURL joins base, path and the query a request carries on.
 func upstreamURL(base, path string, query []byte) string {

@@ -116,7 +116,7 @@ func (s *Server) pick(p *rotation.Request, choice *rotation.Choice) *rotation.Re
 	return ref
 }
 
-// watchedAttempt is attempt while the client is watched (clientWatch):
+// watchedAttempt is attempt while the client is watched (upstream.ClientWatch):
 // if it leaves, the upstream connection is closed, which ends the attempt
 // as a failure failedOver finishes as a client gone. An answer that
 // started as the client left has no one to go to: it is let go, the
@@ -124,9 +124,9 @@ func (s *Server) pick(p *rotation.Request, choice *rotation.Choice) *rotation.Re
 func (s *Server) watchedAttempt(w responder, r *request, ch *rotation.Choice) (*answer, *failure) {
 	cw := w.watch()
 	r.watch = cw
-	defer cw.stop() // also when attempt panics: no watch outlives its attempt
+	defer cw.Stop() // also when attempt panics: no watch outlives its attempt
 	ans, f := s.attempt(r, ch)
-	left := cw.stop()
+	left := cw.Stop()
 	r.watch = nil
 	if !left || ans == nil {
 		return ans, f

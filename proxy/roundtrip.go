@@ -10,11 +10,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/proxy/chunked"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // roundTrip is how every upstream HTTP request goes out: fasthttp's own
 // round trip (its DefaultTransport) with two things changed. The connection
-// the request is sent on is attached to the attempt's clientWatch (the
+// the request is sent on is attached to the attempt's upstream.ClientWatch (the
 // request's watchKey value), from before the request is written until its
 // answer's body is closed, so a client that leaves can close it; and it is
 // detached before fasthttp may hand it to another request. fasthttp's
@@ -30,29 +31,29 @@ import (
 type roundTrip struct{}
 
 // watchKey is the fasthttp request user value that holds the attempt's
-// clientWatch.
+// upstream.ClientWatch.
 type watchKey struct{}
 
 // RoundTrip sends req on a connection of hc and reads the start of its
 // answer into resp; retry says whether the failure may be retried on
 // another connection (fasthttp's RetryIfErr then decides).
 func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
-	cw, _ := req.UserValue(watchKey{}).(*clientWatch)
-	if cw.hasLeft() {
-		return false, errClientLeft // a retry after the watch cut the last connection
+	cw, _ := req.UserValue(watchKey{}).(*upstream.ClientWatch)
+	if cw.HasLeft() {
+		return false, upstream.ErrClientLeft // a retry after the watch cut the last connection
 	}
 	cc, err := hc.AcquireConn(req.GetTimeOut(), req.ConnectionClose())
 	if err != nil {
 		return false, err
 	}
 	conn := cc.Conn()
-	if !cw.attach(conn) {
+	if !cw.Attach(conn) {
 		hc.ReleaseConn(cc) // nothing was written on it
-		return false, errClientLeft
+		return false, upstream.ErrClientLeft
 	}
 	resp.ParseNetConn(conn)
 	if err := writeRequest(hc, conn, req); err != nil {
-		cw.detach(conn)
+		cw.Detach(conn)
 		hc.CloseConn(cc)
 		return true, err
 	}
@@ -61,7 +62,7 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	// A body that lasts until the connection ends leaves none to reuse.
 	keep := err == nil && !req.ConnectionClose() && !resp.ConnectionClose() && resp.Header.ContentLength() != -2
 	if body == nil {
-		cw.detach(conn)
+		cw.Detach(conn)
 		hc.ReleaseReader(br)
 		if keep {
 			hc.ReleaseConn(cc)
@@ -130,7 +131,7 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 // the connection is detached from the watch.
 type upstreamBody struct {
 	stream io.Reader // reads from the connection's reader, until done
-	watch  *clientWatch
+	watch  *upstream.ClientWatch
 	conn   net.Conn
 	done   func(clean bool) // gives the connection back, or closes it
 	closed atomic.Bool
@@ -149,7 +150,7 @@ func (b *upstreamBody) CloseWithError(err error) error {
 	if !b.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	b.watch.detach(b.conn)
+	b.watch.Detach(b.conn)
 	b.done(err == nil)
 	return nil
 }

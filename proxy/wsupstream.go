@@ -20,6 +20,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -88,9 +89,9 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		}
 	}
 	// The client's watch closes the upstream socket if the client leaves
-	// before the answer starts (clientWatch, watchedAttempt).
-	if !r.watch.attach(sk.up.conn.NetConn()) {
-		return nil, &failure{verdict: verdictNetworkError, err: errClientLeft, endpoint: endpoint}, true
+	// before the answer starts (upstream.ClientWatch, watchedAttempt).
+	if !r.watch.Attach(sk.up.conn.NetConn()) {
+		return nil, &failure{verdict: verdictNetworkError, err: upstream.ErrClientLeft, endpoint: endpoint}, true
 	}
 	frame := r.frame
 	if r.prior != nil && r.prior.up != sk.up {
@@ -206,9 +207,9 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	}
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	h.Set("OpenAI-Beta", socketBeta)
-	tlsDial := dialWatched(r, rt.dialTLS)
+	tlsDial := upstream.DialWatched(r.watch, rt.dialTLS)
 	d := websocket.Dialer{
-		NetDial: dialWatched(r, rt.dial),
+		NetDial: upstream.DialWatched(r.watch, rt.dial),
 		// wss: the TLS handshake is the connector's, as for HTTP.
 		NetDialTLSContext: func(_ context.Context, network, addr string) (net.Conn, error) { return tlsDial(network, addr) },
 		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
