@@ -9,6 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // An Adapter is everything that differs between account kinds (docs/selection.md
@@ -84,7 +85,7 @@ func (as *Adapters) For(k accounts.Kind) Adapter {
 // failure puts it out of reach (docs/selection.md, docs/service.md).
 // rotation.Selector.SetEndpointOf takes it.
 func (as *Adapters) Endpoint(a *accounts.Account) string {
-	return wayOf(as.For(a.Kind).base(a.BaseURL), a.ProxyURL, as.envProxy).endpoint
+	return upstream.WayOf(as.For(a.Kind).base(a.BaseURL), a.ProxyURL, as.envProxy).Endpoint
 }
 
 // WithEnvProxy returns adapters like as whose Endpoint knows the
