@@ -420,5 +420,8 @@ func (e *Endpoints) IsDown(ep string) bool {
 // byte of the request was sent.
 type DialError struct{ Err error }
 
+// Error is the connect's error as it was met.
 func (e *DialError) Error() string { return e.Err.Error() }
+
+// Unwrap lets errors.Is and errors.As see the connect's error.
 func (e *DialError) Unwrap() error { return e.Err }

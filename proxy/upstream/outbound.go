@@ -72,6 +72,8 @@ func WayOf(base, accountProxy string, env netproxy.Func) Way {
 // An Exit is a way made real: the client that sends over it, and the
 // dial that opens its connections (for the WebSocket upstream).
 type Exit struct {
+	// Client sends HTTP requests over the exit, each on a connection of
+	// its pool, and reads their answers' bodies as streams.
 	Client *fasthttp.Client
 	// Dial connects to an address; DialTLS makes a TLS connection to it,
 	// handshaken on the connecting goroutine like the client's.
