@@ -9,6 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // An Adapter is everything that differs between account kinds (docs/selection.md
@@ -73,8 +74,8 @@ type Adapters struct {
 // bases; empty ones default as in Config.
 func NewAdapters(chatgptBase, openaiBase string) *Adapters {
 	return &Adapters{byKind: map[accounts.Kind]Adapter{
-		accounts.KindChatGPT: chatgptAdapter{upstream{cmp.Or(chatgptBase, DefaultChatGPTBase)}},
-		accounts.KindAPIKey:  apiKeyAdapter{upstream{cmp.Or(openaiBase, DefaultOpenAIBase)}},
+		accounts.KindChatGPT: chatgptAdapter{upstreamBase{cmp.Or(chatgptBase, DefaultChatGPTBase)}},
+		accounts.KindAPIKey:  apiKeyAdapter{upstreamBase{cmp.Or(openaiBase, DefaultOpenAIBase)}},
 	}}
 }
 
@@ -92,7 +93,7 @@ func (as *Adapters) For(k accounts.Kind) Adapter {
 // failure puts it out of reach (docs/selection.md, docs/service.md).
 // rotation.Selector.SetEndpointOf takes it.
 func (as *Adapters) Endpoint(a *accounts.Account) string {
-	return wayOf(as.For(a.Kind).base(a.BaseURL), a.ProxyURL, as.envProxy).endpoint
+	return upstream.WayOf(as.For(a.Kind).base(a.BaseURL), a.ProxyURL, as.envProxy).Endpoint
 }
 
 // WithEnvProxy returns adapters like as whose Endpoint knows the
@@ -104,11 +105,11 @@ func (as *Adapters) WithEnvProxy(env netproxy.Func) *Adapters {
 	return &c
 }
 
-// upstream is a kind's configured upstream base, which an account's own
+// upstreamBase is a kind's configured upstream base, which an account's own
 // base_url overrides; adapters embed it.
-type upstream struct{ configBase string }
+type upstreamBase struct{ configBase string }
 
-func (u upstream) base(accountBase string) string { return cmp.Or(accountBase, u.configBase) }
+func (u upstreamBase) base(accountBase string) string { return cmp.Or(accountBase, u.configBase) }
 
 // upstreamURL joins base, path and the query a request carries on.
 func upstreamURL(base, path string, query []byte) string {

@@ -12,7 +12,7 @@ import (
 // apiKeyAdapter serves API-key accounts: OpenAI's API, or any base_url
 // that speaks it. The client's body goes as it came, and the answer comes
 // back as it is.
-type apiKeyAdapter struct{ upstream }
+type apiKeyAdapter struct{ upstreamBase }
 
 // apiKeyPaths are the OpenAI API's paths, by op.
 var apiKeyPaths = [opCount]string{opResponses: "/responses", opCompact: "/responses/compact",

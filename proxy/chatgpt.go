@@ -21,7 +21,7 @@ import (
 // chatgptAdapter serves ChatGPT accounts through the Codex backend (docs/selection.md, docs/accounts.md): it only streams, does not store, rejects a few parameters
 // generic clients send, and speaks Responses only, so Chat Completions are
 // translated (docs/clients.md) and a non-streaming client's answer is assembled.
-type chatgptAdapter struct{ upstream }
+type chatgptAdapter struct{ upstreamBase }
 
 // chatgptPaths are the Codex backend's paths, by op.
 var chatgptPaths = [opCount]string{opResponses: "/codex/responses", opCompact: "/codex/responses/compact",

@@ -14,13 +14,14 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
 // docs/selection.md: "A client that goes away cancels the upstream request", also
 // before the first byte of its answer, when nothing is written to it that
-// could fail: rotor watches the client while it waits (clientWatch).
+// could fail: rotor watches the client while it waits (upstream.ClientWatch).
 
 // leaveBound is how soon after its client leaves an upstream request must
 // be closed.
@@ -215,7 +216,7 @@ func TestWatchedClientsThatStayAreServed(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "k1"}})
 	ws := e.openSocket()
 	// A socket's turn is watched when its first output comes two
-	// EventDelays in, after watchAfter; the next turn is quick.
+	// EventDelays in, after upstream.WatchAfter; the next turn is quick.
 	turnDone := func(delay time.Duration) {
 		e.up.Set("k1", upstreamtest.Behavior{EventDelay: delay})
 		if got := types(turn(t, ws, createFrame)); got[len(got)-1] != "response.completed" {
@@ -224,9 +225,9 @@ func TestWatchedClientsThatStayAreServed(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
 	var conns []string
-	// An HTTP request is watched when its headers come after watchAfter.
+	// An HTTP request is watched when its headers come after upstream.WatchAfter.
 	post := func() {
-		e.up.Set("k1", upstreamtest.Behavior{HeaderDelay: 2 * watchAfter})
+		e.up.Set("k1", upstreamtest.Behavior{HeaderDelay: 2 * upstream.WatchAfter})
 		req, _ := http.NewRequest("POST", e.base+"/v1/responses", strings.NewReader(`{"model":"gpt-5","stream":false,"input":"hi"}`))
 		req.Header.Set("Authorization", "Bearer "+testKey)
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn.LocalAddr().String()) }}
@@ -241,7 +242,7 @@ func TestWatchedClientsThatStayAreServed(t *testing.T) {
 	post() // the first: its connections and their goroutines stay, pooled
 	before := runtime.NumGoroutine()
 	post()
-	turnDone(watchAfter * 3 / 4)
+	turnDone(upstream.WatchAfter * 3 / 4)
 	post()
 	turnDone(0)
 	if len(conns) != 3 || conns[0] != conns[1] || conns[1] != conns[2] {

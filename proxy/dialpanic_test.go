@@ -12,34 +12,32 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
-// The connector dials on a goroutine nothing recovers: a bug met there is
-// handed back as the dial's error, and the connect slot is given back.
-func TestConnectorHandsBackADialPanic(t *testing.T) {
+// Rotor's own congestion, a connect that found every slot taken for its
+// whole wait, is nobody's fault: no endpoint is blamed for it.
+func TestOwnCongestionIsNobodysFault(t *testing.T) {
 	t.Parallel()
-	c := newConnector(time.Second)
-	_, err := c.dial(func(string, string) (net.Conn, error) { panic("boom in dial") }, "upstream:443", nil)
-	if p, ok := errors.AsType[*dialPanic](err); !ok || p.v != "boom in dial" || !strings.Contains(string(p.stack), "TestConnectorHandsBackADialPanic") {
-		t.Fatalf("dial error %v, want the panic with the stack it was met on", err)
+	if v := classifyTransport(&upstream.DialError{Err: upstream.ErrNoFreeConns}); v != verdictOverloaded {
+		t.Errorf("verdict %v, want overloaded (nobody's fault)", v)
 	}
-	// The slot is given back by the dialing goroutine's last defer, which
-	// may run after the error was handed back: wait for it, bounded.
-	eventually(t, 5*time.Second, "the connect slot given back after the panic", func() bool { return len(c.slots) == 0 })
 }
 
 // armDial makes e's straight way out dial with a dial that panics once
 // armed: a bug on the connector's goroutine.
 func armDial(e *env) *atomic.Bool {
 	var armed atomic.Bool
-	d := e.srv.exits.dialer
-	e.srv.exits.direct = e.srv.exits.exitOver(func(network, addr string) (net.Conn, error) {
+	opts := upstreamOptions(&e.srv.cfg)
+	d := &net.Dialer{Timeout: opts.ConnectTimeout}
+	opts.Dial = func(network, addr string) (net.Conn, error) {
 		if armed.CompareAndSwap(true, false) {
 			panic("boom in dial")
 		}
 		return d.Dial(network, addr)
-	})
+	}
+	e.srv.exits = upstream.NewExits(opts)
 	return &armed
 }
 
@@ -61,7 +59,7 @@ func TestDialPanicEndsOnlyThatRequest(t *testing.T) {
 		return strings.Contains(log.String(), `"request_id":"`+id+`","panic":"boom in dial (met while dialing`)
 	})
 	expectUnmarked(t, e, 1)
-	if e.srv.endpoints.anyDown() {
+	if e.srv.endpoints.AnyDown() {
 		t.Error("an endpoint was marked unreachable for rotor's own bug")
 	}
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
@@ -106,7 +104,7 @@ func TestDialPanicClosesOnlyThatSocket(t *testing.T) {
 	}
 
 	expectUnmarked(t, e, 1)
-	if e.srv.endpoints.anyDown() {
+	if e.srv.endpoints.AnyDown() {
 		t.Error("an endpoint was marked unreachable for rotor's own bug")
 	}
 	e.up.Set("t1", upstreamtest.Behavior{})

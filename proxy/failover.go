@@ -2,10 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -14,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/sse"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -175,6 +180,41 @@ func classify(status int, h *fasthttp.ResponseHeader, body []byte) verdict {
 		return verdictServerError
 	}
 	return verdictClientError
+}
+
+// classifyTransport reads an error of the upstream client (no response
+// came; package upstream's typed errors) into a verdict: rotor's own limits are verdictOverloaded (nobody's
+// fault), a failed connect, TLS handshake or a missing answer within the
+// response timeout is verdictUnreachable (the endpoint's), anything else, such
+// as a reset after the request was sent, is verdictNetworkError (the
+// account's answer broke).
+func classifyTransport(err error) verdict {
+	var de *upstream.DialError
+	switch {
+	case errors.Is(err, upstream.ErrNoFreeConns):
+		return verdictOverloaded
+	case errors.As(err, &de):
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return verdictOverloaded // rotor ran out of descriptors, not the network
+		}
+		return verdictUnreachable
+	case tlsFailure(err), errors.Is(err, upstream.ErrResponseTimeout):
+		return verdictUnreachable
+	}
+	return verdictNetworkError
+}
+
+func tlsFailure(err error) bool {
+	var (
+		rec   tls.RecordHeaderError
+		alert tls.AlertError
+		verr  *tls.CertificateVerificationError
+		uae   x509.UnknownAuthorityError
+		hne   x509.HostnameError
+		cie   x509.CertificateInvalidError
+	)
+	return errors.As(err, &rec) || errors.As(err, &alert) || errors.As(err, &verr) ||
+		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie)
 }
 
 // errorCodes joins the fields upstreams put their error code in, lowercased.

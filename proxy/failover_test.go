@@ -372,7 +372,7 @@ func TestConnectErrorMarksTheEndpointNotTheAccount(t *testing.T) {
 	if st := e.state(1); !st.CooldownUntil.IsZero() || len(st.Failures) != 0 {
 		t.Fatalf("the account behind an unreachable endpoint was marked: %+v", st)
 	}
-	if !e.srv.endpoints.isDown("http://" + dead) {
+	if !e.srv.endpoints.IsDown("http://" + dead) {
 		t.Errorf("endpoint %s is not marked unreachable", dead)
 	}
 }

@@ -85,7 +85,7 @@ func TestUnreachableEndpointIsSharedAndShown(t *testing.T) {
 	withinWatch(t, "the other serve sees the endpoint down", func() bool { return shown(other) }, e, other)
 	// Until the first wait (1 s) passes, the other serve skips the
 	// endpoint as its own would; after, its next request may probe it.
-	if !other.srv.endpoints.isDown("http://"+dead) && time.Since(start) < rotation.EndpointBackoff/2 {
+	if !other.srv.endpoints.IsDown("http://"+dead) && time.Since(start) < rotation.EndpointBackoff/2 {
 		t.Error("the other serve would try the endpoint again at once")
 	}
 	other.prefer(1)
@@ -103,7 +103,7 @@ func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
 	dead := closedPort(t)
 	e.setBaseURL(1, "http://"+dead+"/v1")
 	expectError(t, e.do("POST", "/v1/responses", streamBody), 503, rerr.PoolExhausted)
-	if !e.srv.endpoints.isDown("http://" + dead) {
+	if !e.srv.endpoints.IsDown("http://" + dead) {
 		t.Fatal("endpoint not marked")
 	}
 	// The network comes back: the very next request gets through.
@@ -113,7 +113,7 @@ func TestUnreachableEndpointIsProbedWhenNothingElseCanServe(t *testing.T) {
 	}
 	t.Cleanup(func() { back.Close() })
 	expectStream(t, e.do("POST", "/v1/responses", streamBody))
-	if e.srv.endpoints.isDown("http://" + dead) {
+	if e.srv.endpoints.IsDown("http://" + dead) {
 		t.Error("endpoint still marked after it answered")
 	}
 	expectUnmarked(t, e, 1)
@@ -488,7 +488,7 @@ func TestPromptCacheKeyKeepsAConversationOnOneAccount(t *testing.T) {
 	}
 }
 
-// Every upstream connect runs on a goroutine of its own (connector.dial); none
+// Every upstream connect runs on a goroutine of its own (upstream's connector.dial); none
 // is left behind. Not parallel: it counts the process's goroutines.
 func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 	e := newEnv(t, []acct{{accounts.KindAPIKey, "a"}})
@@ -499,7 +499,7 @@ func TestDialsLeaveNoGoroutineBehind(t *testing.T) {
 		if r.StatusCode != 200 {
 			t.Fatalf("status %d", r.StatusCode)
 		}
-		e.srv.exits.closeIdle() // the next request dials
+		e.srv.exits.CloseIdle() // the next request dials
 	}
 	one()
 	before := runtime.NumGoroutine()

@@ -10,6 +10,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -53,7 +54,7 @@ func (s *Server) forward(w responder, r *request) {
 	}
 	for {
 		pick.Attempted, pick.Skip = r.attempted, nil
-		if r.chat.Unsupported != "" || r.codexCatalog || len(r.unreachable) > 0 || s.endpoints.anyDown() {
+		if r.chat.Unsupported != "" || r.codexCatalog || len(r.unreachable) > 0 || s.endpoints.AnyDown() {
 			pick.Skip = func(a *accounts.Account) string { return s.skip(r, a) }
 		}
 		// At most min(usable accounts, MaxAttempts) attempts: every pick is
@@ -66,7 +67,7 @@ func (s *Server) forward(w responder, r *request) {
 		var choice rotation.Choice
 		ref := s.pick(&pick, &choice)
 		if ref != nil {
-			if !r.probing && s.endpoints.anyDown() {
+			if !r.probing && s.endpoints.AnyDown() {
 				// Only accounts behind an endpoint that failed lately are
 				// left: try one of them rather than refuse, so the first
 				// request after the network is back succeeds.
@@ -116,7 +117,7 @@ func (s *Server) pick(p *rotation.Request, choice *rotation.Choice) *rotation.Re
 	return ref
 }
 
-// watchedAttempt is attempt while the client is watched (clientWatch):
+// watchedAttempt is attempt while the client is watched (upstream.ClientWatch):
 // if it leaves, the upstream connection is closed, which ends the attempt
 // as a failure failedOver finishes as a client gone. An answer that
 // started as the client left has no one to go to: it is let go, the
@@ -124,16 +125,16 @@ func (s *Server) pick(p *rotation.Request, choice *rotation.Choice) *rotation.Re
 func (s *Server) watchedAttempt(w responder, r *request, ch *rotation.Choice) (*answer, *failure) {
 	cw := w.watch()
 	r.watch = cw
-	defer cw.stop() // also when attempt panics: no watch outlives its attempt
+	defer cw.Stop() // also when attempt panics: no watch outlives its attempt
 	ans, f := s.attempt(r, ch)
-	left := cw.stop()
+	left := cw.Stop()
 	r.watch = nil
 	if !left || ans == nil {
 		return ans, f
 	}
 	s.runtime().Record(ch.Account.ID, rotation.Answered, ans.resp.StatusCode(), rotation.Limit{})
 	releaseHeld(ans.pending)
-	closeStream(ans.resp, errClientGone)
+	upstream.CloseStream(ans.resp, errClientGone)
 	fasthttp.ReleaseResponse(ans.resp)
 	r.verdicts = append(r.verdicts, verdictOK)
 	s.finish(r, ending{status: statusClientClosed, code: codeClientClosed, answered: true})
@@ -148,11 +149,11 @@ func (s *Server) skip(r *request, a *accounts.Account) string {
 	if why := ad.refuses(r); why != "" {
 		return why
 	}
-	if len(r.unreachable) == 0 && !s.endpoints.anyDown() {
+	if len(r.unreachable) == 0 && !s.endpoints.AnyDown() {
 		return ""
 	}
-	ep := s.endpoints.way(ad.base(a.BaseURL), a.ProxyURL).endpoint
-	if slices.Contains(r.unreachable, ep) || !r.probing && s.endpoints.isDown(ep) {
+	ep := s.endpoints.Way(ad.base(a.BaseURL), a.ProxyURL).Endpoint
+	if slices.Contains(r.unreachable, ep) || !r.probing && s.endpoints.IsDown(ep) {
 		return rotation.CoolingDown(rotation.CooldownNetworkError)
 	}
 	return ""
@@ -182,7 +183,7 @@ func (s *Server) failedOver(w responder, r *request, ch *rotation.Choice, f *fai
 	}
 	if f.verdict == verdictUnreachable {
 		if !gone {
-			s.endpoints.markDown(f.endpoint, f.err)
+			s.endpoints.MarkDown(f.endpoint, f.err)
 		}
 		r.unreachable = append(r.unreachable, f.endpoint)
 		r.netErr = f.err
@@ -221,7 +222,7 @@ type failure struct {
 	verdict    verdict
 	status     int
 	err        error
-	body       []byte         // a non-2xx answer's first errBodyMax bytes, redacted
+	body       []byte         // a non-2xx answer's first upstream.MaxErrorBody bytes, redacted
 	limit      rotation.Limit // a usage limit's end, family and reason
 	upstreamID string
 	endpoint   string // where the attempt went, scheme://host:port
@@ -298,9 +299,9 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 	}
 	defer fasthttp.ReleaseRequest(req)
 	resp := fasthttp.AcquireResponse()
-	if err := rt.client.Do(req, resp); err != nil {
+	if err := rt.Client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		raiseDialPanic(err)
+		upstream.RaiseDialPanic(err)
 		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}
 	}
 	if !s.answered(resp, a.ID, endpoint) {
@@ -314,11 +315,11 @@ func (s *Server) send(r *request, ad Adapter, a *accounts.Account, sec *secrets.
 // exit it goes through; a failure if it cannot be made.
 //
 //go:noinline
-func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*fasthttp.Request, *exit, string, answerForm, *failure) {
+func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (*fasthttp.Request, *upstream.Exit, string, answerForm, *failure) {
 	base := ad.base(a.BaseURL)
-	w := s.endpoints.way(base, a.ProxyURL)
-	endpoint := w.endpoint
-	rt, err := s.exits.of(&w, sec)
+	w := s.endpoints.Way(base, a.ProxyURL)
+	endpoint := w.Endpoint
+	rt, err := s.exits.Of(&w, sec.ProxyPassword)
 	if err != nil {
 		return nil, nil, "", 0, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}
 	}
@@ -340,9 +341,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 	if r.op != opModels {
 		req.SetBodyRaw(body)
 	}
-	if r.watch != nil {
-		req.SetUserValue(watchKey{}, r.watch) // roundTrip attaches the connection to it
-	}
+	upstream.SetWatch(req, r.watch) // the round trip attaches the connection to it
 	return req, rt, endpoint, sh, nil
 }
 
@@ -352,7 +351,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 //
 //go:noinline
 func (s *Server) answered(resp *fasthttp.Response, id, endpoint string) bool {
-	s.endpoints.markUp(endpoint)
+	s.endpoints.MarkUp(endpoint)
 	s.learnTurnState(resp.Header.Peek(turnStateHeader), id)
 	if q := parseQuota(s.deps.Clock.Now(), &resp.Header); q != nil {
 		s.runtime().SetQuota(id, *q)
@@ -368,7 +367,7 @@ func (s *Server) answered(resp *fasthttp.Response, id, endpoint string) bool {
 func (s *Server) failedAnswer(resp *fasthttp.Response, sec *secrets.Secret, endpoint string) *failure {
 	status := resp.StatusCode()
 	f := &failure{status: status, endpoint: endpoint, upstreamID: string(resp.Header.Peek("x-request-id")),
-		body: headerrules.Redact(readErrorBody(resp), sec)}
+		body: headerrules.Redact(upstream.ReadErrorBody(resp), sec)}
 	f.verdict = classify(status, &resp.Header, f.body)
 	if f.verdict == verdictUsageLimit {
 		f.limit = limitOf(s.deps.Clock.Now(), &resp.Header, f.body)
@@ -395,7 +394,7 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 	if sh == formModelList {
 		// Bounded like an error body: a catalog is small.
 		now := s.deps.Clock.Now()
-		ans.assembled = withModels(modelList(readErrorBody(resp), now), r.listAliases, now)
+		ans.assembled = withModels(modelList(upstream.ReadErrorBody(resp), now), r.listAliases, now)
 		return ans, nil
 	}
 	if !sseAnswer(resp) || resp.BodyStream() == nil {
@@ -426,7 +425,7 @@ func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (
 		return ans, nil
 	}
 	releaseHeld(ans.pending)
-	closeStream(resp, errCut)
+	upstream.CloseStream(resp, upstream.ErrCut)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {
 		return nil, &failure{verdict: verdictNetworkError, status: 200, err: err}

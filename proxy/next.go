@@ -35,7 +35,7 @@ func (s *Server) answerNext(ctx *fasthttp.RequestCtx) {
 	sel := s.deps.Selector
 	r := &request{op: opResponses}
 	pick := rotation.Request{}
-	if s.endpoints.anyDown() {
+	if s.endpoints.AnyDown() {
 		pick.Skip = func(a *accounts.Account) string { return s.skip(r, a) }
 	}
 	i, why := sel.NextFor(&pick)

@@ -87,7 +87,7 @@ func (c *quietConn) Close() error {
 	return c.Conn.Close()
 }
 
-// SyscallConn lets clientGone peek at the socket underneath.
+// SyscallConn lets upstream.ClientGone peek at the socket underneath.
 func (c *quietConn) SyscallConn() (syscall.RawConn, error) {
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		return sc.SyscallConn()

@@ -11,6 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // A compaction another account made is carried over by making it again
@@ -192,7 +193,7 @@ func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *sec
 // compactionItem reads the compaction item of a compaction's answer: the
 // JSON object's output, or a stream's output_item.done events.
 func compactionItem(ans *answer) gjson.Result {
-	body := append(ans.pending[:len(ans.pending):len(ans.pending)], readBodyUpTo(ans.resp, maxJSONUsage)...)
+	body := append(ans.pending[:len(ans.pending):len(ans.pending)], upstream.ReadBodyUpTo(ans.resp, maxJSONUsage)...)
 	var item gjson.Result
 	find := func(it gjson.Result) {
 		if item.Raw == "" && compactionTypes[it.Get("type").Str] && it.Get("encrypted_content").Str != "" {

@@ -13,6 +13,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/sse"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -257,13 +258,13 @@ func (rl *relay) CloseWithError(wErr error) error {
 	complete := errors.Is(rl.err, io.EOF)
 	switch {
 	case complete && rl.cut:
-		closeStream(rl.resp, errCut) // unread bytes: the connection cannot be reused
+		upstream.CloseStream(rl.resp, upstream.ErrCut) // unread bytes: the connection cannot be reused
 	case complete:
 		rl.resp.CloseBodyStream()
 	case rl.err != nil: // the upstream's failure, or errPanicked
-		closeStream(rl.resp, rl.err)
+		upstream.CloseStream(rl.resp, rl.err)
 	default:
-		closeStream(rl.resp, errClientGone) // cancels the upstream request
+		upstream.CloseStream(rl.resp, errClientGone) // cancels the upstream request
 	}
 	fasthttp.ReleaseResponse(rl.resp)
 	rl.resp = nil

@@ -17,6 +17,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/coding"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // request is one client request on its way through the forward loop:
@@ -115,7 +116,7 @@ type request struct {
 	installationRead bool
 	// watch watches the client during the attempt in progress
 	// (watchedAttempt), nil between attempts.
-	watch *clientWatch
+	watch *upstream.ClientWatch
 	// dialWait bounds an upstream socket's handshake in place of
 	// ConnectTimeout (dialEarly's, which the client's handshake waits for).
 	dialWait time.Duration

@@ -13,6 +13,7 @@ import (
 
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // A responder is where the forward loop writes its answer to one request.
@@ -24,9 +25,9 @@ type responder interface {
 	// made and nobody is blamed for an answer no one waits for.
 	gone() bool
 	// watch watches the client while an attempt waits on the upstream and
-	// nothing is written to it (clientWatch); nil when it cannot be
+	// nothing is written to it (upstream.ClientWatch); nil when it cannot be
 	// watched. The caller stops it.
-	watch() *clientWatch
+	watch() *upstream.ClientWatch
 	// refuse sends a rotor-made error, as rerr.Build made it; headers, if
 	// not nil, adds headers the client reads with it (the x-codex-* quota
 	// of the account waited on).
@@ -42,11 +43,13 @@ type responder interface {
 // httpResponder answers one fasthttp request.
 type httpResponder struct{ ctx *fasthttp.RequestCtx }
 
-func (w httpResponder) gone() bool { return clientGone(w.ctx) }
+func (w httpResponder) gone() bool { return upstream.ClientGone(w.ctx) }
 
 // watch watches the client's connection, on which fasthttp reads nothing
 // while the handler runs.
-func (w httpResponder) watch() *clientWatch { return newClientWatch(w.ctx.Conn(), false) }
+func (w httpResponder) watch() *upstream.ClientWatch {
+	return upstream.NewClientWatch(w.ctx.Conn(), false)
+}
 
 // maxClientRetryWait is the longest wait rotor lets SDK clients sleep
 // through on their own; past it, they are told not to retry.

@@ -27,6 +27,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/metrics"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -74,8 +75,8 @@ type Config struct {
 	// ConnectTimeout bounds dialing an upstream.
 	ConnectTimeout time.Duration
 	// MaxUpstreamConns caps the connections to one upstream host; a
-	// request that finds none free, or finds maxDialing connects already
-	// in flight, waits up to ConnWait.
+	// request that finds none free, or finds the most connects upstream
+	// runs at once already in flight, waits up to ConnWait.
 	MaxUpstreamConns int
 	ConnWait         time.Duration
 	// ChatGPTBase and OpenAIBase are the upstream bases of the two account
@@ -118,6 +119,18 @@ func (c *Config) defaults() {
 	}
 	if c.OpenAIBase == "" {
 		c.OpenAIBase = DefaultOpenAIBase
+	}
+}
+
+// upstreamOptions are the options of the upstream clients c asks for.
+func upstreamOptions(c *Config) upstream.Options {
+	return upstream.Options{
+		ConnectTimeout:  c.ConnectTimeout,
+		ResponseTimeout: c.ResponseTimeout,
+		StallTimeout:    c.StallTimeout,
+		MaxConns:        c.MaxUpstreamConns,
+		ConnWait:        c.ConnWait,
+		RootCAs:         c.RootCAs,
 	}
 }
 
@@ -190,10 +203,10 @@ type Server struct {
 	// (SetClientKey), so a request checks against one key or the other,
 	// never a mix, with one atomic load on the hot path.
 	keyDigest   atomic.Pointer[[sha256.Size]byte]
-	exits       *exits
+	exits       *upstream.Exits
 	srv         *fasthttp.Server
 	secrets     *secretCache
-	endpoints   *endpoints
+	endpoints   *upstream.Endpoints
 	adapters    *Adapters
 	sockets     socketSet
 	quiet       quietConns
@@ -219,7 +232,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg:       cfg,
 		deps:      deps,
 		secrets:   newSecretCache(deps.Secrets, deps.Clock),
-		endpoints: newEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
+		endpoints: upstream.NewEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
 	s.identities = newIdentities(deps.IdentityKey)
@@ -227,7 +240,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.costs = metrics.NewCosts(deps.Prices, deps.Selector, s.metrics.Registry(),
 		func(k accounts.Kind) string { return s.adapters.For(k).meter() })
 	s.setKey(cfg.ClientKey)
-	s.exits = newExits(&s.cfg)
+	s.exits = upstream.NewExits(upstreamOptions(&s.cfg))
 	s.srv = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleParseError,
@@ -314,7 +327,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// fasthttp has handed sockets over: each closes with 1001 once the
 	// response it is answering has ended.
 	err = errors.Join(err, s.sockets.shutdown(ctx))
-	s.exits.closeIdle()
+	s.exits.CloseIdle()
 	return err
 }
 

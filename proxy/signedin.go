@@ -16,6 +16,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // Codex signed in as itself (docs/codex.md). Codex keeps its ChatGPT sign-in
@@ -197,14 +198,14 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	}
 	ad := s.adapters.For(a.Kind)
 	base := ad.base(a.BaseURL)
-	way := s.endpoints.way(base, a.ProxyURL)
+	way := s.endpoints.Way(base, a.ProxyURL)
 	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
-	var rt *exit
+	var rt *upstream.Exit
 	if err == nil {
-		rt, err = s.exits.of(&way, &sec)
+		rt, err = s.exits.Of(&way, sec.ProxyPassword)
 	}
 	if err != nil {
-		s.passFailed(w, r, way.endpoint, err)
+		s.passFailed(w, r, way.Endpoint, err)
 		return
 	}
 	req := fasthttp.AcquireRequest()
@@ -223,9 +224,9 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	}
 	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
-	if err := rt.client.Do(req, resp); err != nil {
+	if err := rt.Client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		s.passFailed(w, r, way.endpoint, err)
+		s.passFailed(w, r, way.Endpoint, err)
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode())
@@ -281,9 +282,9 @@ func (b *passBody) CloseWithError(error) error {
 	case complete:
 		b.resp.CloseBodyStream()
 	case b.Err() != nil: // the upstream's failure, or errPanicked
-		closeStream(b.resp, b.Err())
+		upstream.CloseStream(b.resp, b.Err())
 	default:
-		closeStream(b.resp, errClientGone)
+		upstream.CloseStream(b.resp, errClientGone)
 	}
 	status := b.resp.StatusCode()
 	fasthttp.ReleaseResponse(b.resp)

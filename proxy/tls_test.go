@@ -79,7 +79,7 @@ func TestTLSConnectionsResumeTheirSession(t *testing.T) {
 	e := newEnvWith(t, []acct{{accounts.KindAPIKey, "k1"}}, peerConfig{seed: 1, tls: true})
 	for range 3 {
 		expectStream(t, e.do("POST", "/v1/responses", streamBody))
-		e.srv.exits.closeIdle() // the next request needs a new connection
+		e.srv.exits.CloseIdle() // the next request needs a new connection
 	}
 	if got := types(turn(t, e.openSocket(), createFrame)); got[len(got)-1] != "response.completed" {
 		t.Fatalf("a socket's turn over TLS: %v", got)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -200,8 +201,8 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 	}
 	ad := s.adapters.For(a.Kind)
 	base := ad.base(a.BaseURL)
-	way := s.endpoints.way(base, a.ProxyURL)
-	rt, err := s.exits.of(&way, &sec)
+	way := s.endpoints.Way(base, a.ProxyURL)
+	rt, err := s.exits.Of(&way, sec.ProxyPassword)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -216,7 +217,7 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
 	}
 	req.Header.Set("originator", "codex_cli_rs")
-	if err := rt.client.DoTimeout(req, resp, usageReadWait); err != nil {
+	if err := rt.Client.DoTimeout(req, resp, usageReadWait); err != nil {
 		return nil, 0, err
 	}
 	status := resp.StatusCode()
@@ -225,7 +226,7 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 			return s.fetchUsage(ctx, a, true)
 		}
 	}
-	return readBodyUpTo(resp, errBodyMax), status, nil
+	return upstream.ReadBodyUpTo(resp, upstream.MaxErrorBody), status, nil
 }
 
 // usageQuota reads the backend's usage payload as a quota at now, all of

@@ -12,6 +12,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 )
 
 // transportWebSocket names requests that came in as response.create
@@ -26,7 +27,7 @@ type wsResponder struct {
 	sk     *socket
 	failed bool // a frame could not be written: the client is gone
 	// watched is the last attempt's watch: its client may have left.
-	watched *clientWatch
+	watched *upstream.ClientWatch
 	// relaying is the answer being written, until its relay is closed:
 	// a request a bug ends closes it (socket.panicked).
 	relaying *relay
@@ -38,12 +39,12 @@ type wsResponder struct {
 	overflow   bool
 }
 
-func (w *wsResponder) gone() bool { return w.failed || w.watched.hasLeft() }
+func (w *wsResponder) gone() bool { return w.failed || w.watched.HasLeft() }
 
 // watch watches the socket's connection, which run does not read while a
 // request is answered; a close frame is a client leaving too.
-func (w *wsResponder) watch() *clientWatch {
-	w.watched = newClientWatch(w.sk.conn.NetConn(), true)
+func (w *wsResponder) watch() *upstream.ClientWatch {
+	w.watched = upstream.NewClientWatch(w.sk.conn.NetConn(), true)
 	return w.watched
 }
 

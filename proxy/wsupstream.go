@@ -20,6 +20,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -64,7 +65,7 @@ func (n *noSockets) has(ep string) bool {
 func (n *noSockets) add(ep string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.m == nil || len(n.m) >= maxBases {
+	if n.m == nil || len(n.m) >= upstream.MaxBases {
 		n.m = make(map[string]bool) // bounded: a forgotten endpoint costs one refused upgrade
 	}
 	n.m[ep] = true
@@ -75,8 +76,8 @@ func (n *noSockets) add(ep string) {
 // endpoint does not take sockets: r then goes over HTTP.
 func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (ans *answer, f *failure, ok bool) {
 	base := ad.base(a.BaseURL)
-	w := s.endpoints.way(base, a.ProxyURL)
-	endpoint := w.endpoint
+	w := s.endpoints.Way(base, a.ProxyURL)
+	endpoint := w.Endpoint
 	sk := r.socket
 	if sk.overHTTP || s.noSockets.has(endpoint) {
 		return nil, nil, false
@@ -88,9 +89,9 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 		}
 	}
 	// The client's watch closes the upstream socket if the client leaves
-	// before the answer starts (clientWatch, watchedAttempt).
-	if !r.watch.attach(sk.up.conn.NetConn()) {
-		return nil, &failure{verdict: verdictNetworkError, err: errClientLeft, endpoint: endpoint}, true
+	// before the answer starts (upstream.ClientWatch, watchedAttempt).
+	if !r.watch.Attach(sk.up.conn.NetConn()) {
+		return nil, &failure{verdict: verdictNetworkError, err: upstream.ErrClientLeft, endpoint: endpoint}, true
 	}
 	frame := r.frame
 	if r.prior != nil && r.prior.up != sk.up {
@@ -150,14 +151,14 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 // redial gives r's socket a new upstream socket to account a. ok is false
 // when a's endpoint, or a for this socket, takes no socket: r then goes
 // over HTTP.
-func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (f *failure, ok bool) {
+func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *upstream.Way) (f *failure, ok bool) {
 	sk := r.socket
 	sk.dropUpstream()
 	up, f, refused := s.dialUpstream(r, ad, a, sec, base, w)
 	switch refused {
 	case refusedByEndpoint:
-		s.noSockets.add(w.endpoint)
-		s.deps.Log.Info().Str("endpoint", w.endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
+		s.noSockets.add(w.Endpoint)
+		s.deps.Log.Info().Str("endpoint", w.Endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
 		return nil, false
 	case refusedForAccount:
 		// Too many sockets for the account (docs/codex.md): this socket goes
@@ -187,9 +188,9 @@ const (
 // dialUpstream opens a socket to a's endpoint with the headers an HTTP
 // request would carry; refused says why an upstream that answered
 // without a socket is still to be asked over HTTP.
-func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (up *upstreamSocket, f *failure, refused refusal) {
-	endpoint := w.endpoint
-	rt, err := s.exits.of(w, sec)
+func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *upstream.Way) (up *upstreamSocket, f *failure, refused refusal) {
+	endpoint := w.Endpoint
+	rt, err := s.exits.Of(w, sec.ProxyPassword)
 	if err != nil {
 		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}, notRefused
 	}
@@ -206,9 +207,9 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	}
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	h.Set("OpenAI-Beta", socketBeta)
-	tlsDial := dialWatched(r, rt.dialTLS)
+	tlsDial := upstream.DialWatched(r.watch, rt.DialTLS)
 	d := websocket.Dialer{
-		NetDial: dialWatched(r, rt.dial),
+		NetDial: upstream.DialWatched(r.watch, rt.Dial),
 		// wss: the TLS handshake is the connector's, as for HTTP.
 		NetDialTLSContext: func(_ context.Context, network, addr string) (net.Conn, error) { return tlsDial(network, addr) },
 		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
@@ -220,7 +221,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		if q := parseQuota(s.deps.Clock.Now(), handshakeHeader(resp)); q != nil {
 			s.runtime().SetQuota(a.ID, *q)
 		}
-		s.endpoints.markUp(endpoint)
+		s.endpoints.MarkUp(endpoint)
 		s.learnTurnState([]byte(resp.Header.Get(turnStateHeader)), a.ID)
 		up := &upstreamSocket{conn: conn, accountID: a.ID, echo: http.Header{}}
 		for _, k := range handshakeEchoes {
@@ -231,8 +232,8 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		return up, nil, notRefused
 	}
 	if resp == nil {
-		raiseDialPanic(err)
-		err = &dialError{err}
+		upstream.RaiseDialPanic(err)
+		err = &upstream.DialError{Err: err}
 		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, notRefused
 	}
 	defer resp.Body.Close()
@@ -242,11 +243,11 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		// An HTTP server without sockets: it answered the GET as a GET.
 		return nil, nil, refusedByEndpoint
 	}
-	s.endpoints.markUp(endpoint)
+	s.endpoints.MarkUp(endpoint)
 	hdr := handshakeHeader(resp)
 	body := make([]byte, 0, 4096)
-	for len(body) < errBodyMax {
-		n, rerr := resp.Body.Read(body[len(body):min(cap(body), errBodyMax)])
+	for len(body) < upstream.MaxErrorBody {
+		n, rerr := resp.Body.Read(body[len(body):min(cap(body), upstream.MaxErrorBody)])
 		body = body[:len(body)+n]
 		if rerr != nil {
 			break
@@ -426,8 +427,8 @@ func (s *Server) dialEarly(sk *socket, id string) {
 	a := &ch.Account
 	ad := s.adapters.For(a.Kind)
 	base := ad.base(a.BaseURL)
-	w := s.endpoints.way(base, a.ProxyURL)
-	if s.noSockets.has(w.endpoint) || s.endpoints.isDown(w.endpoint) {
+	w := s.endpoints.Way(base, a.ProxyURL)
+	if s.noSockets.has(w.Endpoint) || s.endpoints.IsDown(w.Endpoint) {
 		return
 	}
 	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package proxy
+package upstream
 
 import (
 	"net"
@@ -8,11 +8,11 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// clientGone cannot peek at a socket here; a client that left is noticed
+// ClientGone cannot peek at a socket here; a client that left is noticed
 // at the next write instead.
-func clientGone(*fasthttp.RequestCtx) bool { return false }
+func ClientGone(*fasthttp.RequestCtx) bool { return false }
 
-// watchable is false: a client is not watched here (see clientWatch), and
+// watchable is false: a client is not watched here (see ClientWatch), and
 // one that leaves is noticed at the next write.
 func watchable(net.Conn) bool { return false }
 

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 
 // roundTrip is how every upstream HTTP request goes out: fasthttp's own
 // round trip (its DefaultTransport) with two things changed. The connection
-// the request is sent on is attached to the attempt's clientWatch (the
+// the request is sent on is attached to the attempt's ClientWatch (the
 // request's watchKey value), from before the request is written until its
 // answer's body is closed, so a client that leaves can close it; and it is
 // detached before fasthttp may hand it to another request. fasthttp's
@@ -30,29 +30,37 @@ import (
 type roundTrip struct{}
 
 // watchKey is the fasthttp request user value that holds the attempt's
-// clientWatch.
+// ClientWatch.
 type watchKey struct{}
+
+// SetWatch makes cw (nil: none) the watch of req's attempt: the round
+// trip attaches the connection req goes out on to it.
+func SetWatch(req *fasthttp.Request, cw *ClientWatch) {
+	if cw != nil {
+		req.SetUserValue(watchKey{}, cw)
+	}
+}
 
 // RoundTrip sends req on a connection of hc and reads the start of its
 // answer into resp; retry says whether the failure may be retried on
 // another connection (fasthttp's RetryIfErr then decides).
 func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
-	cw, _ := req.UserValue(watchKey{}).(*clientWatch)
-	if cw.hasLeft() {
-		return false, errClientLeft // a retry after the watch cut the last connection
+	cw, _ := req.UserValue(watchKey{}).(*ClientWatch)
+	if cw.HasLeft() {
+		return false, ErrClientLeft // a retry after the watch cut the last connection
 	}
 	cc, err := hc.AcquireConn(req.GetTimeOut(), req.ConnectionClose())
 	if err != nil {
 		return false, err
 	}
 	conn := cc.Conn()
-	if !cw.attach(conn) {
+	if !cw.Attach(conn) {
 		hc.ReleaseConn(cc) // nothing was written on it
-		return false, errClientLeft
+		return false, ErrClientLeft
 	}
 	resp.ParseNetConn(conn)
 	if err := writeRequest(hc, conn, req); err != nil {
-		cw.detach(conn)
+		cw.Detach(conn)
 		hc.CloseConn(cc)
 		return true, err
 	}
@@ -61,7 +69,7 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	// A body that lasts until the connection ends leaves none to reuse.
 	keep := err == nil && !req.ConnectionClose() && !resp.ConnectionClose() && resp.Header.ContentLength() != -2
 	if body == nil {
-		cw.detach(conn)
+		cw.Detach(conn)
 		hc.ReleaseReader(br)
 		if keep {
 			hc.ReleaseConn(cc)
@@ -130,7 +138,7 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 // the connection is detached from the watch.
 type upstreamBody struct {
 	stream io.Reader // reads from the connection's reader, until done
-	watch  *clientWatch
+	watch  *ClientWatch
 	conn   net.Conn
 	done   func(clean bool) // gives the connection back, or closes it
 	closed atomic.Bool
@@ -138,7 +146,7 @@ type upstreamBody struct {
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.closed.Load() {
-		return 0, errCut // its stream went back to fasthttp's pool
+		return 0, ErrCut // its stream went back to fasthttp's pool
 	}
 	return b.stream.Read(p)
 }
@@ -149,7 +157,7 @@ func (b *upstreamBody) CloseWithError(err error) error {
 	if !b.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	b.watch.detach(b.conn)
+	b.watch.Detach(b.conn)
 	b.done(err == nil)
 	return nil
 }

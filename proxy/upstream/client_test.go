@@ -1,8 +1,9 @@
-package proxy
+package upstream
 
 import (
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +12,7 @@ import (
 
 // A burst of connects runs at most maxDialing at once; one past the bound
 // waits for a slot, and one that waits longer than its bound fails as
-// rotor's own congestion, which blames no endpoint.
+// rotor's own congestion (ErrNoFreeConns).
 func TestConnectsInFlightAreBounded(t *testing.T) {
 	t.Parallel()
 	var inFlight, most atomic.Int32
@@ -60,15 +61,14 @@ func TestConnectsInFlightAreBounded(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a connect past the bound neither waited nor failed: it ran")
 	}
-	if !errors.Is(err, errNoFreeConns) {
-		t.Fatalf("a connect past the bound: %v, want errNoFreeConns", err)
+	if !errors.Is(err, ErrNoFreeConns) {
+		t.Fatalf("a connect past the bound: %v, want ErrNoFreeConns", err)
 	}
 	if d := time.Since(start); d < 90*time.Millisecond {
 		t.Errorf("gave up after %s: it did not wait for a slot", d)
 	}
-	if v := classifyTransport(&dialError{err}); v != verdictOverloaded {
-		t.Errorf("verdict %v, want overloaded (nobody's fault)", v)
-	}
+	// That it blames no endpoint is proxy's classifyTransport's to say
+	// (TestOwnCongestionIsNobodysFault).
 
 	go dial(long) // waits: every slot is taken
 	time.Sleep(50 * time.Millisecond)
@@ -88,5 +88,25 @@ func TestConnectsInFlightAreBounded(t *testing.T) {
 	}
 	if m := most.Load(); m > maxDialing {
 		t.Errorf("%d connects ran at once, bound %d", m, maxDialing)
+	}
+}
+
+// The connector dials on a goroutine nothing recovers: a bug met there is
+// handed back as the dial's error, and the connect slot is given back.
+func TestConnectorHandsBackADialPanic(t *testing.T) {
+	t.Parallel()
+	c := newConnector(time.Second)
+	_, err := c.dial(func(string, string) (net.Conn, error) { panic("boom in dial") }, "upstream:443", nil)
+	if p, ok := errors.AsType[*dialPanic](err); !ok || p.v != "boom in dial" || !strings.Contains(string(p.stack), "TestConnectorHandsBackADialPanic") {
+		t.Fatalf("dial error %v, want the panic with the stack it was met on", err)
+	}
+	// The slot is given back by the dialing goroutine's last defer, which
+	// may run after the error was handed back: wait for it, bounded.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.slots) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 5s waiting for the connect slot given back after the panic")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

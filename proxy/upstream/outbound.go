@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"bufio"
@@ -19,7 +19,6 @@ import (
 	xproxy "golang.org/x/net/proxy"
 
 	"github.com/rotorproxy/rotor/accounts/netproxy"
-	"github.com/rotorproxy/rotor/accounts/secrets"
 )
 
 // Outbound proxies (docs/behind-a-proxy.md). A request reaches its upstream one way:
@@ -29,12 +28,12 @@ import (
 // on: a proxy that refuses, asks for a password it did not get or cannot
 // reach the upstream puts its route out of reach, never the account.
 
-// A way is how requests to one upstream base go out for one account.
-type way struct {
-	// endpoint names the route for docs/selection.md's endpoint rule: the upstream's
+// A Way is how requests to one upstream base go out for one account.
+type Way struct {
+	// Endpoint names the route for docs/selection.md's endpoint rule: the upstream's
 	// scheme://host:port and, through a proxy, " via " its shown form, so
 	// the 503 names the proxy's host and port and never its password.
-	endpoint string
+	Endpoint string
 	// proxy is nil for a straight connection. An account's own proxy
 	// (own) carries no password here: it is in the account's secret.
 	proxy *url.URL
@@ -43,11 +42,11 @@ type way struct {
 	err   error  // the account's stored proxy URL could not be read
 }
 
-// wayOf resolves the way to base for an account whose own proxy is
+// WayOf resolves the way to base for an account whose own proxy is
 // accountProxy (a netproxy.Display form; "" for none), the environment's
 // rule env (nil: none) deciding otherwise.
-func wayOf(base, accountProxy string, env netproxy.Func) way {
-	w := way{endpoint: endpointOf(base)}
+func WayOf(base, accountProxy string, env netproxy.Func) Way {
+	w := Way{Endpoint: endpointOf(base)}
 	switch {
 	case accountProxy != "":
 		u, err := netproxy.Parse(accountProxy)
@@ -65,29 +64,31 @@ func wayOf(base, accountProxy string, env netproxy.Func) way {
 	}
 	if w.proxy != nil {
 		w.shown = netproxy.Display(w.proxy)
-		w.endpoint += " via " + w.shown
+		w.Endpoint += " via " + w.shown
 	}
 	return w
 }
 
-// An exit is a way made real: the client that sends over it, and the
+// An Exit is a way made real: the client that sends over it, and the
 // dial that opens its connections (for the WebSocket upstream).
-type exit struct {
-	client *fasthttp.Client
-	// dial connects to an address; dialTLS makes a TLS connection to it,
+type Exit struct {
+	// Client sends HTTP requests over the exit, each on a connection of
+	// its pool, and reads their answers' bodies as streams.
+	Client *fasthttp.Client
+	// Dial connects to an address; DialTLS makes a TLS connection to it,
 	// handshaken on the connecting goroutine like the client's.
-	dial, dialTLS func(addr string) (net.Conn, error)
+	Dial, DialTLS func(addr string) (net.Conn, error)
 }
 
-// exits keeps one upstream client per way out: the straight one, made
+// Exits keeps one upstream client per way out: the straight one, made
 // up front, and one per proxy, made when first used. fasthttp pools
 // connections by host within a client, so a connection through one proxy
 // (or none) is never handed to a request meant to go through another.
-type exits struct {
-	cfg       *Config
+type Exits struct {
+	opts      Options
 	dialer    *net.Dialer
 	connector *connector // shared by every exit: it bounds connects in flight
-	direct    exit
+	direct    Exit
 
 	mu  sync.Mutex
 	via map[string]*viaExit // by way.shown, at most maxProxies
@@ -95,7 +96,7 @@ type exits struct {
 
 // viaExit is an exit through one proxy, with the password it dials with.
 type viaExit struct {
-	exit
+	Exit
 	password string
 }
 
@@ -104,45 +105,53 @@ type viaExit struct {
 // them makes it again.
 const maxProxies = 64
 
-func newExits(cfg *Config) *exits {
-	rs := &exits{cfg: cfg, dialer: newDialer(cfg), connector: newConnector(cfg.ConnWait), via: map[string]*viaExit{}}
-	rs.direct = rs.exitOver(rs.dialer.Dial)
+// NewExits returns the exits of clients made with opts, the straight one
+// made.
+func NewExits(opts Options) *Exits {
+	rs := &Exits{opts: opts, dialer: newDialer(&opts), connector: newConnector(opts.ConnWait), via: map[string]*viaExit{}}
+	direct := opts.Dial
+	if direct == nil {
+		direct = rs.dialer.Dial
+	}
+	rs.direct = rs.exitOver(direct)
 	return rs
 }
 
 // exitOver is the exit whose connections dial opens.
-func (rs *exits) exitOver(dial dialFunc) exit {
-	base := upstreamTLS(rs.cfg)
-	return exit{
-		client: newUpstreamClient(rs.cfg, rs.connector, dial),
-		dial:   func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr, nil) },
-		dialTLS: func(addr string) (net.Conn, error) {
+func (rs *Exits) exitOver(dial dialFunc) Exit {
+	base := upstreamTLS(&rs.opts)
+	return Exit{
+		Client: newUpstreamClient(&rs.opts, rs.connector, dial),
+		Dial:   func(addr string) (net.Conn, error) { return rs.connector.dial(dial, addr, nil) },
+		DialTLS: func(addr string) (net.Conn, error) {
 			return rs.connector.dial(dial, addr, func(raw net.Conn) (net.Conn, error) {
-				return handshake(raw, hostTLS(base, addr, rs.connector.sessions), rs.cfg.ConnectTimeout)
+				return handshake(raw, hostTLS(base, addr, rs.connector.sessions), rs.opts.ConnectTimeout)
 			})
 		},
 	}
 }
 
-// of returns the exit of w for an account whose secret is sec. The
-// straight way costs nothing: no lock, no allocation.
-func (rs *exits) of(w *way, sec *secrets.Secret) (*exit, error) {
+// Of returns the exit of w for an account whose own proxy's password,
+// from its secret, is password. The straight way costs nothing: no lock,
+// no allocation.
+func (rs *Exits) Of(w *Way, password string) (*Exit, error) {
 	if w.proxy == nil {
 		return &rs.direct, nil
 	}
 	if w.err != nil {
-		return nil, &dialError{w.err}
+		return nil, &DialError{w.err}
 	}
-	p, password := w.proxy, ""
-	if w.own {
-		password = sec.ProxyPassword
-	} else if p.User != nil {
-		password, _ = p.User.Password()
+	p := w.proxy
+	if !w.own {
+		password = "" // the environment's proxy: its password is in its URL
+		if p.User != nil {
+			password, _ = p.User.Password()
+		}
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if vr, ok := rs.via[w.shown]; ok && vr.password == password {
-		return &vr.exit, nil
+		return &vr.Exit, nil
 	}
 	rs.dropLocked(w.shown)
 	if len(rs.via) >= maxProxies {
@@ -151,28 +160,28 @@ func (rs *exits) of(w *way, sec *secrets.Secret) (*exit, error) {
 			break
 		}
 	}
-	dial := viaProxy(rs.dialer, withPassword(p, password), rs.cfg.ConnectTimeout)
-	vr := &viaExit{exit: rs.exitOver(dial), password: password}
+	dial := viaProxy(rs.dialer, withPassword(p, password), rs.opts.ConnectTimeout)
+	vr := &viaExit{Exit: rs.exitOver(dial), password: password}
 	rs.via[w.shown] = vr
-	return &vr.exit, nil
+	return &vr.Exit, nil
 }
 
 // dropLocked lets the client of shown go; requests still using it keep
 // their connections until they end.
-func (rs *exits) dropLocked(shown string) {
+func (rs *Exits) dropLocked(shown string) {
 	if vr, ok := rs.via[shown]; ok {
-		vr.client.CloseIdleConnections()
+		vr.Client.CloseIdleConnections()
 		delete(rs.via, shown)
 	}
 }
 
-// closeIdle closes the idle connections of every exit.
-func (rs *exits) closeIdle() {
-	rs.direct.client.CloseIdleConnections()
+// CloseIdle closes the idle connections of every exit.
+func (rs *Exits) CloseIdle() {
+	rs.direct.Client.CloseIdleConnections()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for _, vr := range rs.via {
-		vr.client.CloseIdleConnections()
+		vr.Client.CloseIdleConnections()
 	}
 }
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package proxy
+package upstream
 
 import (
 	"errors"
@@ -10,10 +10,10 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// clientGone reports whether the client of ctx has closed its connection,
+// ClientGone reports whether the client of ctx has closed its connection,
 // without consuming a byte: it peeks at the socket. fasthttp reads nothing
 // while a handler runs, so an orderly close or a reset waits there.
-func clientGone(ctx *fasthttp.RequestCtx) bool {
+func ClientGone(ctx *fasthttp.RequestCtx) bool {
 	sc, ok := ctx.Conn().(syscall.Conn)
 	if !ok {
 		return false

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rotorproxy/rotor/accounts/netproxy"
@@ -20,17 +19,38 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// errBodyMax bounds what rotor reads of an upstream's error answer.
-const errBodyMax = 64 << 10
+// Options are what an upstream client is made with.
+type Options struct {
+	// ConnectTimeout bounds a connect, through a proxy too, and a TLS
+	// handshake.
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds the wait for the first byte of an answer;
+	// StallTimeout, every read after it (idleConn).
+	ResponseTimeout, StallTimeout time.Duration
+	// MaxConns caps the connections to one upstream host; a request that
+	// finds none free, or finds maxDialing connects already in flight,
+	// waits up to ConnWait, then fails with ErrNoFreeConns.
+	MaxConns int
+	ConnWait time.Duration
+	// RootCAs are the authorities an upstream's TLS certificate is
+	// checked against; nil: the system's.
+	RootCAs *x509.CertPool
+	// Dial connects straight to an address; nil: a net.Dialer bounded by
+	// ConnectTimeout. Connects through a proxy always use a net.Dialer.
+	Dial func(network, addr string) (net.Conn, error)
+}
 
-// readErrorBody reads at most errBodyMax bytes of an error answer and
+// MaxErrorBody bounds what rotor reads of an upstream's error answer.
+const MaxErrorBody = 64 << 10
+
+// ReadErrorBody reads at most MaxErrorBody bytes of an error answer and
 // closes its stream; a longer body is cut and its connection discarded
 // rather than drained.
-func readErrorBody(resp *fasthttp.Response) []byte { return readBodyUpTo(resp, errBodyMax) }
+func ReadErrorBody(resp *fasthttp.Response) []byte { return ReadBodyUpTo(resp, MaxErrorBody) }
 
-// readBodyUpTo reads at most limit bytes of an answer and closes its
-// stream, as readErrorBody does.
-func readBodyUpTo(resp *fasthttp.Response, limit int) []byte {
+// ReadBodyUpTo reads at most limit bytes of an answer and closes its
+// stream, as ReadErrorBody does.
+func ReadBodyUpTo(resp *fasthttp.Response, limit int) []byte {
 	bs := resp.BodyStream()
 	if bs == nil {
 		b := resp.Body()
@@ -49,64 +69,68 @@ func readBodyUpTo(resp *fasthttp.Response, limit int) []byte {
 	if err == io.EOF {
 		resp.CloseBodyStream()
 	} else {
-		closeStream(resp, errCut)
+		CloseStream(resp, ErrCut)
 	}
 	return buf
 }
 
-var errCut = errors.New("rotor: upstream body abandoned")
+// ErrCut is what an answer's body is closed with when rotor stops
+// reading it before its end (CloseStream), and what it reads once closed.
+var ErrCut = errors.New("rotor: upstream body abandoned")
 
-// closeStream closes resp's body stream with err, which makes fasthttp
+// CloseStream closes resp's body stream with err, which makes fasthttp
 // close the connection instead of returning a half-read one to its pool.
-func closeStream(resp *fasthttp.Response, err error) {
+func CloseStream(resp *fasthttp.Response, err error) {
 	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
 		rc.CloseWithError(err)
 	}
 	resp.CloseBodyStream()
 }
 
-// Errors of the upstream client that classifyTransport reads.
+// Errors of the upstream client that proxy reads to classify a failure.
 var (
-	errNoFreeConns = fasthttp.ErrNoFreeConns
-	// errResponseTimeout is what the client returns when no byte of an
+	// ErrNoFreeConns is rotor's own congestion: no connection came free,
+	// or no connect could start, within Options.ConnWait.
+	ErrNoFreeConns = fasthttp.ErrNoFreeConns
+	// ErrResponseTimeout is what the client returns when no byte of an
 	// answer came within the response timeout (idleConn's deadline).
-	errResponseTimeout = fasthttp.ErrTimeout
+	ErrResponseTimeout = fasthttp.ErrTimeout
 )
 
 // newDialer is how rotor connects to every upstream, over HTTP or a
 // socket.
-func newDialer(cfg *Config) *net.Dialer {
-	return &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+func newDialer(o *Options) *net.Dialer {
+	return &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
 }
 
 // upstreamTLS is the TLS configuration of every connection to an
 // upstream, over HTTP or a socket: nil (the defaults, the system's roots)
-// unless cfg names the roots to trust. Each client sets the server name.
-func upstreamTLS(cfg *Config) *tls.Config {
-	if cfg.RootCAs == nil {
+// unless o names the roots to trust. Each client sets the server name.
+func upstreamTLS(o *Options) *tls.Config {
+	if o.RootCAs == nil {
 		return nil
 	}
-	return &tls.Config{RootCAs: cfg.RootCAs}
+	return &tls.Config{RootCAs: o.RootCAs}
 }
 
 // newUpstreamClient returns an HTTP client whose connections c opens with
-// dial (one per way out: see routes). Reads on an
+// dial (one per way out: see Exits). Reads on an
 // upstream connection have two bounds (idleConn): the first byte of an
 // answer must come within the response timeout, and once it has, every
 // read must make progress within the stall timeout. A fasthttp
 // ReadTimeout would instead cap the whole stream.
-func newUpstreamClient(cfg *Config, c *connector, dial dialFunc) *fasthttp.Client {
-	stall, response := cfg.StallTimeout, cfg.ResponseTimeout
+func newUpstreamClient(o *Options, c *connector, dial dialFunc) *fasthttp.Client {
+	stall, response := o.StallTimeout, o.ResponseTimeout
 	open := func(addr string, conf *tls.Config) (net.Conn, error) {
 		conn, err := c.dial(dial, addr, func(raw net.Conn) (net.Conn, error) {
 			conn := net.Conn(&idleConn{Conn: raw, stall: stall, response: response})
 			if conf != nil {
-				return handshake(conn, conf, cfg.ConnectTimeout)
+				return handshake(conn, conf, o.ConnectTimeout)
 			}
 			return conn, nil
 		})
 		if err != nil {
-			return nil, &dialError{err}
+			return nil, &DialError{err}
 		}
 		return conn, nil
 	}
@@ -120,9 +144,9 @@ func newUpstreamClient(cfg *Config, c *connector, dial dialFunc) *fasthttp.Clien
 		WriteTimeout:                  60 * time.Second,
 		ReadBufferSize:                16 << 10,
 		MaxResponseBodySize:           0,
-		MaxConnsPerHost:               cfg.MaxUpstreamConns,
-		TLSConfig:                     upstreamTLS(cfg),
-		MaxConnWaitTimeout:            cfg.ConnWait,
+		MaxConnsPerHost:               o.MaxConns,
+		TLSConfig:                     upstreamTLS(o),
+		MaxConnWaitTimeout:            o.ConnWait,
 		// Each request's connection is known to its client's watch, which
 		// closes it if the client leaves before the answer starts.
 		Transport: roundTrip{},
@@ -148,7 +172,7 @@ func newUpstreamClient(cfg *Config, c *connector, dial dialFunc) *fasthttp.Clien
 // hostTLS is the TLS configuration of connections to addr: base's (the
 // system's roots when nil), naming the host, with sessions kept in
 // sessions, so that every connection after the first resumes one instead
-// of verifying the host's certificates again. (fasthttp keeps none.)
+// Of verifying the host's certificates again. (fasthttp keeps none.)
 func hostTLS(base *tls.Config, addr string, sessions tls.ClientSessionCache) *tls.Config {
 	conf := &tls.Config{}
 	if base != nil {
@@ -216,7 +240,7 @@ type dialFunc = func(network, addr string) (net.Conn, error)
 // keeps for as long as the connection lives, streams included. The
 // dialing goroutine's stack is freed once it is done. When maxDialing
 // connects are in flight it waits up to c.wait for one to end, then fails
-// with errNoFreeConns: rotor's own congestion, which blames no endpoint.
+// with ErrNoFreeConns: rotor's own congestion, which blames no endpoint.
 // So at most maxDialing handshakes run at once too, and a burst of new
 // connections to a TLS host resumes the sessions its first ones made.
 func (c *connector) dial(dial dialFunc, addr string, ready func(net.Conn) (net.Conn, error)) (net.Conn, error) {
@@ -228,7 +252,7 @@ func (c *connector) dial(dial dialFunc, addr string, ready func(net.Conn) (net.C
 		case c.slots <- struct{}{}:
 			t.Stop()
 		case <-t.C:
-			return nil, errNoFreeConns
+			return nil, ErrNoFreeConns
 		}
 	}
 	type dialed struct {
@@ -259,7 +283,7 @@ func (c *connector) dial(dial dialFunc, addr string, ready func(net.Conn) (net.C
 // dialPanic is a panic met on a dialing goroutine: a bug. Nothing
 // recovers that goroutine, so the connector hands the panic back as the
 // dial's error; the upstream client gives it up like any failed connect,
-// with its own bookkeeping done, and raiseDialPanic raises it again on the
+// with its own bookkeeping done, and RaiseDialPanic raises it again on the
 // request's goroutine, whose recover ends that request alone.
 type dialPanic struct {
 	v     any
@@ -268,11 +292,11 @@ type dialPanic struct {
 
 func (p *dialPanic) Error() string { return fmt.Sprintf("rotor: a bug while dialing: %v", p.v) }
 
-// raiseDialPanic raises again a bug the connector met while dialing for
+// RaiseDialPanic raises again a bug the connector met while dialing for
 // this request (dialPanic), with the stack it was met on; any other error
-// is left to classifyTransport. A bug is nobody's fault upstream: no
+// is left to the caller to classify. A bug is nobody's fault upstream: no
 // account or endpoint is marked for it.
-func raiseDialPanic(err error) {
+func RaiseDialPanic(err error) {
 	if p, ok := errors.AsType[*dialPanic](err); ok {
 		panic(fmt.Sprintf("%v (met while dialing, on the connector's goroutine: %s)", p.v, p.stack))
 	}
@@ -316,42 +340,47 @@ func (c *idleConn) Read(p []byte) (int, error) {
 // idleConn's per-read deadline replaces them.
 func (c *idleConn) SetReadDeadline(time.Time) error { return nil }
 
-// An endpoint is where an upstream base lives: scheme, host and port, and
-// the proxy in between when there is one (see way). When rotor cannot
+// Endpoints resolves the ways to upstream bases and keeps the record of
+// their endpoints. An endpoint is where an upstream base lives: scheme,
+// host and port, and the proxy in between when there is one (see Way). When rotor cannot
 // connect to it, the network (or that host, or that proxy) is at fault,
 // not the accounts behind it (docs/selection.md's connect-error row), so the fault
 // is recorded on the endpoint, in the runtime state every process on the
 // home shares (rotation.Runtime.EndpointDown), and no account is marked.
-type endpoints struct {
+type Endpoints struct {
 	rt  *rotation.Runtime
 	env netproxy.Func // the environment's proxy rule; nil: none
 
 	mu   sync.Mutex
-	ways map[wayKey]way // bounded by maxBases
+	ways map[wayKey]Way // bounded by MaxBases
 }
 
 // wayKey is a base URL and an account's own proxy: comparing it costs no
 // allocation, so the straight hot path allocates nothing.
 type wayKey struct{ base, proxy string }
 
-const maxBases = 1024
+// MaxBases bounds the ways an Endpoints keeps, and the endpoints a caller
+// keeps anything about.
+const MaxBases = 1024
 
-func newEndpoints(rt *rotation.Runtime, env netproxy.Func) *endpoints {
-	return &endpoints{rt: rt, env: env, ways: map[wayKey]way{}}
+// NewEndpoints records endpoints' faults in rt, and resolves ways with the
+// environment's proxy rule env (nil: none).
+func NewEndpoints(rt *rotation.Runtime, env netproxy.Func) *Endpoints {
+	return &Endpoints{rt: rt, env: env, ways: map[wayKey]Way{}}
 }
 
-// way returns the way to base for an account whose own proxy is
+// Way returns the way to base for an account whose own proxy is
 // accountProxy ("" for none); its endpoint is what a connect failure
 // puts out of reach.
-func (e *endpoints) way(base, accountProxy string) way {
+func (e *Endpoints) Way(base, accountProxy string) Way {
 	k := wayKey{base, accountProxy}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if w, ok := e.ways[k]; ok {
 		return w
 	}
-	w := wayOf(base, accountProxy, e.env)
-	if len(e.ways) >= maxBases {
+	w := WayOf(base, accountProxy, e.env)
+	if len(e.ways) >= MaxBases {
 		clear(e.ways) // bounded: a miss costs one parse
 	}
 	e.ways[k] = w
@@ -372,59 +401,27 @@ func endpointOf(base string) string {
 	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port)
 }
 
-// markDown records that connecting to ep failed with err.
-func (e *endpoints) markDown(ep string, err error) { e.rt.EndpointDown(ep, err) }
+// MarkDown records that connecting to ep failed with err.
+func (e *Endpoints) MarkDown(ep string, err error) { e.rt.EndpointDown(ep, err) }
 
-// markUp records that ep answered.
-func (e *endpoints) markUp(ep string) { e.rt.EndpointUp(ep) }
+// MarkUp records that ep answered.
+func (e *Endpoints) MarkUp(ep string) { e.rt.EndpointUp(ep) }
 
-// anyDown reports whether some endpoint is on record as unreachable.
-func (e *endpoints) anyDown() bool { return e.rt.AnyEndpointDown() }
+// AnyDown reports whether some endpoint is on record as unreachable.
+func (e *Endpoints) AnyDown() bool { return e.rt.AnyEndpointDown() }
 
-// isDown reports whether ep is unreachable and not yet due for a probe.
-func (e *endpoints) isDown(ep string) bool {
+// IsDown reports whether ep is unreachable and not yet due for a probe.
+func (e *Endpoints) IsDown(ep string) bool {
 	until, _ := e.rt.EndpointDownUntil(ep)
 	return !until.IsZero()
 }
 
-// dialError marks an error that happened while connecting, before any
+// DialError marks an error that happened while connecting, before any
 // byte of the request was sent.
-type dialError struct{ err error }
+type DialError struct{ Err error }
 
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
+// Error is the connect's error as it was met.
+func (e *DialError) Error() string { return e.Err.Error() }
 
-// classifyTransport reads an error of the upstream client (no response
-// came) into a verdict: rotor's own limits are verdictOverloaded (nobody's
-// fault), a failed connect, TLS handshake or a missing answer within the
-// response timeout is verdictUnreachable (the endpoint's), anything else, such
-// as a reset after the request was sent, is verdictNetworkError (the
-// account's answer broke).
-func classifyTransport(err error) verdict {
-	var de *dialError
-	switch {
-	case errors.Is(err, errNoFreeConns):
-		return verdictOverloaded
-	case errors.As(err, &de):
-		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			return verdictOverloaded // rotor ran out of descriptors, not the network
-		}
-		return verdictUnreachable
-	case tlsFailure(err), errors.Is(err, errResponseTimeout):
-		return verdictUnreachable
-	}
-	return verdictNetworkError
-}
-
-func tlsFailure(err error) bool {
-	var (
-		rec   tls.RecordHeaderError
-		alert tls.AlertError
-		verr  *tls.CertificateVerificationError
-		uae   x509.UnknownAuthorityError
-		hne   x509.HostnameError
-		cie   x509.CertificateInvalidError
-	)
-	return errors.As(err, &rec) || errors.As(err, &alert) || errors.As(err, &verr) ||
-		errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie)
-}
+// Unwrap lets errors.Is and errors.As see the connect's error.
+func (e *DialError) Unwrap() error { return e.Err }

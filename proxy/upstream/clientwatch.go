@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"crypto/tls"
@@ -17,29 +17,29 @@ import (
 // minutes to send, all that time generating, and billing, for no one.
 //
 // So while an attempt waits (its connect, its request, the answer's
-// headers, the hold-back before the first output), a clientWatch watches
+// headers, the hold-back before the first output), a ClientWatch watches
 // the client's connection, and when the client leaves it closes the
 // upstream connection the attempt is on: the wait ends at once, the
-// attempt fails, and failedOver, seeing the client gone, finishes the
-// request as 499 client_closed and charges no account.
+// attempt fails, and proxy's failover, seeing the client gone, finishes
+// the request as 499 client_closed and charges no account.
 //
 // The watch costs a timer per attempt. Only an attempt still waiting
-// after watchAfter gets a goroutine, parked in the network poller on the
+// after WatchAfter gets a goroutine, parked in the network poller on the
 // client's socket (no polling) until the client leaves or the attempt
 // ends; the attempt's end stops it and waits for it, so none is left
 // behind.
 
-// watchAfter is how long an attempt waits before its client is watched:
+// WatchAfter is how long an attempt waits before its client is watched:
 // an upstream that answers sooner costs no goroutine, and a client that
 // leaves is still let go of well within docs/selection.md's second.
-const watchAfter = 250 * time.Millisecond
+const WatchAfter = 250 * time.Millisecond
 
-// errClientLeft is an attempt's error once its client has left.
-var errClientLeft = errors.New("rotor: the client left before its answer started")
+// ErrClientLeft is an attempt's error once its client has left.
+var ErrClientLeft = errors.New("rotor: the client left before its answer started")
 
-// clientWatch watches one attempt's client. Its methods take a nil
+// ClientWatch watches one attempt's client. Its methods take a nil
 // receiver: no watch (a transport that cannot watch).
-type clientWatch struct {
+type ClientWatch struct {
 	conn   net.Conn // the client's, as the network poller knows it
 	frames bool     // the client speaks WebSocket: a close frame is leaving too
 	timer  *time.Timer
@@ -52,16 +52,16 @@ type clientWatch struct {
 	stopped  bool
 }
 
-// newClientWatch starts watching conn for an attempt; nil when conn
+// NewClientWatch starts watching conn for an attempt; nil when conn
 // cannot be watched here.
-func newClientWatch(conn net.Conn, frames bool) *clientWatch {
+func NewClientWatch(conn net.Conn, frames bool) *ClientWatch {
 	conn = underlying(conn)
 	if conn == nil || !watchable(conn) {
 		return nil
 	}
-	cw := &clientWatch{conn: conn, frames: frames}
+	cw := &ClientWatch{conn: conn, frames: frames}
 	cw.ended.Add(1)
-	cw.timer = time.AfterFunc(watchAfter, cw.run)
+	cw.timer = time.AfterFunc(WatchAfter, cw.run)
 	return cw
 }
 
@@ -78,8 +78,8 @@ func underlying(c net.Conn) net.Conn {
 }
 
 // run is the watching goroutine: it waits, in the poller, until the client
-// leaves or stop wakes it.
-func (cw *clientWatch) run() {
+// leaves or Stop wakes it.
+func (cw *ClientWatch) run() {
 	defer cw.ended.Done()
 	cw.mu.Lock()
 	if cw.stopped {
@@ -88,7 +88,7 @@ func (cw *clientWatch) run() {
 	}
 	cw.watching = true
 	// No deadline while it waits: the server's read timeout of the
-	// request would end the watch early, and stop sets one to wake it.
+	// request would end the watch early, and Stop sets one to wake it.
 	cw.conn.SetReadDeadline(time.Time{})
 	cw.mu.Unlock()
 
@@ -98,7 +98,7 @@ func (cw *clientWatch) run() {
 	defer cw.mu.Unlock()
 	cw.watching = false
 	if cw.stopped {
-		// Woken by stop: the connection is the server's again, as it was.
+		// Woken by Stop: the connection is the server's again, as it was.
 		cw.conn.SetReadDeadline(time.Time{})
 		return
 	}
@@ -108,10 +108,10 @@ func (cw *clientWatch) run() {
 	}
 }
 
-// stop ends the watch, once the attempt has its answer or its failure,
+// Stop ends the watch, once the attempt has its answer or its failure,
 // and reports whether the client left meanwhile. After it returns no
 // connection is closed by the watch.
-func (cw *clientWatch) stop() bool {
+func (cw *ClientWatch) Stop() bool {
 	if cw == nil {
 		return false
 	}
@@ -128,14 +128,14 @@ func (cw *clientWatch) stop() bool {
 	} else {
 		cw.ended.Done()
 	}
-	return cw.hasLeft()
+	return cw.HasLeft()
 }
 
 // aLongTimeAgo is a deadline in the past, which wakes a waiting read.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// hasLeft reports whether the watch saw the client leave.
-func (cw *clientWatch) hasLeft() bool {
+// HasLeft reports whether the watch saw the client leave.
+func (cw *ClientWatch) HasLeft() bool {
 	if cw == nil {
 		return false
 	}
@@ -144,10 +144,10 @@ func (cw *clientWatch) hasLeft() bool {
 	return cw.left
 }
 
-// attach makes c the upstream connection the attempt waits on, which the
+// Attach makes c the upstream connection the attempt waits on, which the
 // watch closes if the client leaves. It is false, and c not attached,
 // when the client has left already: nothing is to be sent on it.
-func (cw *clientWatch) attach(c net.Conn) bool {
+func (cw *ClientWatch) Attach(c net.Conn) bool {
 	if cw == nil {
 		return true
 	}
@@ -162,9 +162,9 @@ func (cw *clientWatch) attach(c net.Conn) bool {
 	return true
 }
 
-// detach lets c go before it returns to a pool: from then on another
+// Detach lets c go before it returns to a pool: from then on another
 // request may use it, and the watch must not close it.
-func (cw *clientWatch) detach(c net.Conn) {
+func (cw *ClientWatch) Detach(c net.Conn) {
 	if cw == nil {
 		return
 	}
@@ -175,15 +175,16 @@ func (cw *clientWatch) detach(c net.Conn) {
 	}
 }
 
-// dialWatched is dial for an upstream socket of r: its connection is
-// attached to r's watch from the start, so a client that leaves during
-// the handshake ends it; none is opened for a client already gone.
-func dialWatched(r *request, dial func(addr string) (net.Conn, error)) func(_, addr string) (net.Conn, error) {
+// DialWatched is dial for an upstream socket whose attempt cw watches
+// (nil: none): its connection is attached to cw from the start, so a
+// client that leaves during the handshake ends it; none is opened for a
+// client already gone.
+func DialWatched(cw *ClientWatch, dial func(addr string) (net.Conn, error)) func(_, addr string) (net.Conn, error) {
 	return func(_, addr string) (net.Conn, error) {
 		c, err := dial(addr)
-		if err == nil && !r.watch.attach(c) {
+		if err == nil && !cw.Attach(c) {
 			c.Close()
-			return nil, errClientLeft
+			return nil, ErrClientLeft
 		}
 		return c, err
 	}
