@@ -201,7 +201,7 @@ func FuzzRewriteFrame(f *testing.F) {
 			out := rewriteFrame(frame, s.Members, whole, hdr)
 			want := maps.Clone(in)
 			for k := range want {
-				if k == "previous_response_id" || hdr != nil && (k == "type" || k == "generate" || frameHeader(k)) {
+				if k == "previous_response_id" || hdr != nil && (k == "type" || k == "generate" || IsFrameHeader(k)) {
 					delete(want, k)
 				}
 			}

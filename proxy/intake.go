@@ -136,7 +136,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
 		s.deps.Pages.ServePage(ctx)
 		return 0, false
 	}
-	if upgradeRequested(&ctx.Request.Header) && socketPaths[string(ctx.Path())] {
+	if UpgradeRequested(&ctx.Request.Header) && Paths[string(ctx.Path())] {
 		s.acceptSocket(ctx, r)
 		return 0, false
 	}

@@ -67,9 +67,9 @@ type request struct {
 	socket     *socket
 	frame      []byte
 	frameInput []byte
-	prior      *history
+	prior      *History
 	httpForm   bool
-	answeredBy *upstreamSocket
+	answeredBy *Upstream
 
 	// edited is the body as an adapter that edits bodies made it, once
 	// per request (chatgptAdapter.body).

@@ -299,7 +299,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	stop()
 	// fasthttp has handed sockets over: each closes with 1001 once the
 	// response it is answering has ended.
-	err = errors.Join(err, s.sockets.shutdown(ctx))
+	err = errors.Join(err, s.sockets.Shutdown(ctx))
 	s.exits.closeIdle()
 	return err
 }

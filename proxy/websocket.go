@@ -5,25 +5,17 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/tidwall/gjson"
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
-
-	rerr "github.com/rotorproxy/rotor/errors"
 )
 
-// The Responses API over WebSocket (docs/codex.md) is a second way in to the
-// same forward loop: every response.create frame on a socket is one
-// request, read into a request and served by Server.serve with a
-// responder that writes frames (wsResponder, wsanswer.go). This file
-// holds the socket itself: the upgrade, reading frames, keeping an idle
-// socket alive, and closing every socket on shutdown.
-
-// socketPaths are where a Responses WebSocket is opened.
-var socketPaths = map[string]bool{
+// Paths are where a Responses WebSocket is opened.
+var Paths = map[string]bool{
 	"/v1/responses": true, "/responses": true, "/backend-api/codex/responses": true,
 }
 
@@ -37,8 +29,8 @@ const (
 	socketWriteWait = 30 * time.Second
 )
 
-// upgradeRequested reports whether h asks to switch to WebSocket.
-func upgradeRequested(h *fasthttp.RequestHeader) bool {
+// UpgradeRequested reports whether h asks to switch to WebSocket.
+func UpgradeRequested(h *fasthttp.RequestHeader) bool {
 	return h.IsGet() && bytes.EqualFold(h.Peek("Upgrade"), []byte("websocket"))
 }
 
@@ -49,54 +41,66 @@ var socketHeaders = []string{
 	"Sec-WebSocket-Extensions", "Sec-WebSocket-Protocol", "OpenAI-Beta",
 }
 
-// acceptSocket upgrades a request the guard has passed to a Responses
-// WebSocket and serves it until either side closes it.
-func (s *Server) acceptSocket(ctx *fasthttp.RequestCtx, r *request) {
-	sk := &socket{s: s, id: r.id}
-	// Every request on the socket carries the handshake's headers
-	// (session-id, x-codex-*), as a POST of JSON would.
-	ctx.Request.Header.CopyTo(&sk.header)
-	for _, k := range socketHeaders {
-		sk.header.Del(k)
-	}
-	sk.header.SetMethod(fasthttp.MethodPost)
-	sk.header.SetContentType("application/json")
-	sk.affinity = digestKey('w', []byte(r.id))
+// A Handler answers a socket's frames, one at a time, as a Responses
+// client sends them: the next request after the last answer.
+type Handler interface {
+	// ServeFrame answers one frame through w, which is the socket's and
+	// valid until ServeFrame returns. frame is nil when it was not text,
+	// and tooLarge says it was longer than the upgrader's MaxBody and
+	// dropped. ok is false when a bug ended the answer: the socket is
+	// then closed (Socket.Fail) and served no more.
+	ServeFrame(w *Writer, frame []byte, tooLarge bool) (ok bool)
+}
+
+// Upgrader switches a request to a WebSocket and serves it.
+type Upgrader struct {
+	// Sockets is the set a socket joins while it is open.
+	Sockets *Set
+	// MaxBody bounds a frame: a longer one is read to its end and
+	// dropped, so it costs no more memory than the cap.
+	MaxBody int
+	Log     *zerolog.Logger
+	// Refuse answers a handshake that cannot be upgraded.
+	Refuse func(reason error)
+}
+
+// Upgrade upgrades ctx's request, which the guard has passed, to a
+// WebSocket and serves sk's frames with h until either side closes it.
+// An error means it was refused (Refuse has answered); sk's upstream
+// socket, if it has one, is then closed.
+func (u *Upgrader) Upgrade(ctx *fasthttp.RequestCtx, sk *Socket, h Handler) error {
+	sk.u, sk.h = *u, h
 	up := websocket.FastHTTPUpgrader{
 		ReadBufferSize:    4 << 10,
 		WriteBufferSize:   4 << 10,
 		EnableCompression: true,
 		// The guard has checked Origin already: only loopback pages.
 		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
-		Error: func(ctx *fasthttp.RequestCtx, status int, reason error) {
-			s.refuse(httpResponder{ctx}, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: reason.Error()}, nil)
+		Error: func(_ *fasthttp.RequestCtx, _ int, reason error) {
+			u.Refuse(reason)
 		},
 	}
-	s.dialEarly(sk, r.id)
-	if sk.up != nil {
-		for _, k := range handshakeEchoes {
-			if v := sk.up.echo.Get(k); v != "" {
-				ctx.Response.Header.Set(k, v)
-			}
-		}
-	}
 	if err := up.Upgrade(ctx, sk.run); err != nil {
-		sk.dropUpstream()
-		return // refused: Error has answered and logged it
+		sk.DropUpstream()
+		return err
 	}
-	s.deps.Log.Debug().Str("socket", r.id).Msg("websocket opened")
+	u.Log.Debug().Str("socket", sk.ID).Msg("websocket opened")
+	return nil
 }
 
-// socket is one client's Responses WebSocket.
-type socket struct {
-	s        *Server
-	id       string // the handshake's request id
-	conn     *websocket.Conn
-	header   fasthttp.RequestHeader
-	affinity string // for requests that name no conversation: the socket's own
-	history  history
-	up       *upstreamSocket // to the account serving the socket, while it does
-	overHTTP bool            // an upstream refused one socket too many: this one goes over HTTP
+// Socket is one client's Responses WebSocket.
+type Socket struct {
+	ID      string    // the handshake's request id
+	Up      *Upstream // to the account serving the socket, while it does
+	History History   // the socket's last exchange
+	// Header is what every request on the socket carries: the
+	// handshake's headers (session-id, x-codex-*), as a POST of JSON
+	// would (TakeHeader).
+	Header fasthttp.RequestHeader
+	u      Upgrader
+	h      Handler
+	conn   *websocket.Conn
+	w      Writer
 
 	// mu guards busy, closing and done. Held while shutdown writes the
 	// close frame, so the connection, which fasthttp releases once run
@@ -107,22 +111,33 @@ type socket struct {
 	done    bool // run has ended: the connection is no one's to use
 }
 
+// TakeHeader keeps the handshake's headers h as those of every request
+// on the socket, without those about the socket itself.
+func (sk *Socket) TakeHeader(h *fasthttp.RequestHeader) {
+	h.CopyTo(&sk.Header)
+	for _, k := range socketHeaders {
+		sk.Header.Del(k)
+	}
+	sk.Header.SetMethod(fasthttp.MethodPost)
+	sk.Header.SetContentType("application/json")
+}
+
 // run serves the socket's frames one at a time, as a Responses client
 // sends them: the next request after the last answer.
-func (sk *socket) run(conn *websocket.Conn) {
-	sk.conn = conn
-	if !sk.s.sockets.add(sk) {
+func (sk *Socket) run(conn *websocket.Conn) {
+	sk.conn, sk.w.conn = conn, conn
+	if !sk.u.Sockets.add(sk) {
 		sk.closeGoingAway()
 		return
 	}
-	defer sk.s.sockets.remove(sk)
+	defer sk.u.Sockets.remove(sk)
 	defer func() {
 		sk.mu.Lock()
 		sk.done = true
 		sk.mu.Unlock()
 		conn.Close()
 	}()
-	defer sk.dropUpstream() // a client gone frees its upstream socket
+	defer sk.DropUpstream() // a client gone frees its upstream socket
 	conn.SetPongHandler(func(string) error {
 		return conn.SetReadDeadline(time.Now().Add(socketQuiet))
 	})
@@ -131,14 +146,15 @@ func (sk *socket) run(conn *websocket.Conn) {
 	for {
 		frame, tooLarge, err := sk.next()
 		if err != nil {
-			sk.s.deps.Log.Debug().Str("socket", sk.id).Err(err).Msg("websocket closed")
+			sk.u.Log.Debug().Str("socket", sk.ID).Err(err).Msg("websocket closed")
 			return
 		}
 		if !sk.begin() {
 			return
 		}
-		if !sk.handle(frame, tooLarge) {
-			return // a bug ended the request, and the socket (panicked)
+		sk.w.failed = false
+		if !sk.h.ServeFrame(&sk.w, frame, tooLarge) {
+			return // a bug ended the request, and the socket (Fail)
 		}
 		if !sk.end() {
 			sk.closeGoingAway()
@@ -150,7 +166,7 @@ func (sk *socket) run(conn *websocket.Conn) {
 // next reads the next message, at most MaxBody bytes of it: a longer one
 // is read to its end and dropped, so it costs no more memory than the
 // cap, and the socket goes on.
-func (sk *socket) next() (frame []byte, tooLarge bool, err error) {
+func (sk *Socket) next() (frame []byte, tooLarge bool, err error) {
 	if err := sk.conn.SetReadDeadline(time.Now().Add(socketQuiet)); err != nil {
 		return nil, false, err
 	}
@@ -158,7 +174,7 @@ func (sk *socket) next() (frame []byte, tooLarge bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	max := sk.s.cfg.MaxBody
+	max := sk.u.MaxBody
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(io.LimitReader(rd, int64(max)+1)); err != nil {
 		return nil, false, err
@@ -168,7 +184,7 @@ func (sk *socket) next() (frame []byte, tooLarge bool, err error) {
 		return nil, true, err
 	}
 	if typ != websocket.TextMessage {
-		return nil, false, nil // answered as not a request (handle)
+		return nil, false, nil // answered as not a request (ServeFrame)
 	}
 	if buf.Len() == 0 {
 		return []byte{}, false, nil // an empty text frame is still text
@@ -176,69 +192,19 @@ func (sk *socket) next() (frame []byte, tooLarge bool, err error) {
 	return buf.Bytes(), false, nil
 }
 
-// handle answers one frame. Frames other than response.create (such as
-// response.processed) ask for no answer. It is false when a bug (a
-// panic) ended the request: the socket is closed (panicked).
-func (sk *socket) handle(frame []byte, tooLarge bool) (ok bool) {
-	r := &request{id: newRequestID(), header: &sk.header, transport: transportWebSocket}
-	w := &wsResponder{sk: sk}
-	defer func() {
-		// Nothing above run recovers: a panic here would end the process
-		// and every stream in it.
-		if v := recover(); v != nil {
-			sk.panicked(w, r, v)
-			ok = false
-		}
-	}()
-	switch t := gjson.GetBytes(frame, "type").Str; {
-	case tooLarge:
-		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyPayloadTooLarge,
-			Message: "frame is larger than the proxy accepts (--max-body)",
-			Extra:   []rerr.Field{{Key: "max_bytes", Value: sk.s.cfg.MaxBody}}}, nil)
-	case frame == nil:
-		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
-			Message: "rotor reads text frames only: send response.create as JSON text"}, nil)
-	case t == "response.create":
-		sk.create(w, r, frame)
-	case t == "":
-		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
-			Message: "frame is not a JSON object with a \"type\""}, nil)
-	}
-	return true
-}
-
-// panicked ends a request a bug ended, as the HTTP handler ends its own
-// with a 500: the panic is logged once, with the request id and the
-// stack, and never shown to the client; the request is finished, its
-// relay (and so its upstream connection) closed if it had one; and the
-// socket, in a state no longer known, closes with 1011. The other
-// sockets and requests go on.
-func (sk *socket) panicked(w *wsResponder, r *request, v any) {
-	s := sk.s
-	s.panicLog(r.id, v).Str("socket", sk.id).Msg("websocket request panic")
-	func() {
-		defer func() { recover() }() // the same bug again: the socket closes all the same
-		switch {
-		case w.relaying != nil:
-			rl := w.relaying
-			w.relaying = nil
-			rl.CloseWithError(errPanicked) // it finishes r
-		case r.counted && !r.finished:
-			s.finish(r, ending{status: 500, code: rerr.ProxyError, warn: true})
-		}
-	}()
+// Fail closes a socket a bug left in a state no longer known, with 1011,
+// naming the request whose log line tells the rest; the panic itself is
+// never shown to the client.
+func (sk *Socket) Fail(requestID string) {
 	msg := websocket.FormatCloseMessage(websocket.CloseInternalServerErr,
-		"rotor failed on this request (a bug); its log has request_id "+r.id)
+		"rotor failed on this request (a bug); its log has request_id "+requestID)
 	sk.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 	sk.conn.Close()
 }
 
-// errPanicked ends the relay of an answer a bug interrupted.
-var errPanicked = errors.New("rotor: a bug ended the answer")
-
 // keepAlive pings the client every socketPing until stop is called; stop
 // returns once the pinging has ended.
-func (sk *socket) keepAlive() (stop func()) {
+func (sk *Socket) keepAlive() (stop func()) {
 	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ended)
@@ -259,7 +225,7 @@ func (sk *socket) keepAlive() (stop func()) {
 }
 
 // begin marks a request in flight; false when the socket is closing.
-func (sk *socket) begin() bool {
+func (sk *Socket) begin() bool {
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
 	sk.busy = !sk.closing
@@ -267,7 +233,7 @@ func (sk *socket) begin() bool {
 }
 
 // end marks the request answered; false when the socket must now close.
-func (sk *socket) end() bool {
+func (sk *Socket) end() bool {
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
 	sk.busy = false
@@ -276,7 +242,7 @@ func (sk *socket) end() bool {
 
 // shutdown closes the socket with 1001 at once when it is idle, or once
 // the request in flight is answered.
-func (sk *socket) shutdown() {
+func (sk *Socket) shutdown() {
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
 	sk.closing = true
@@ -287,41 +253,67 @@ func (sk *socket) shutdown() {
 
 // closeGoingAway says goodbye with 1001 and closes the connection, which
 // also ends a read waiting for the next frame.
-func (sk *socket) closeGoingAway() {
+func (sk *Socket) closeGoingAway() {
 	msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "rotor is shutting down")
 	sk.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 	sk.conn.Close()
 }
 
-// socketSet is every open socket, so a shutdown can close them.
-type socketSet struct {
+// Writer writes one answer's frames to the client. Once a frame cannot
+// be written the client is gone, and the rest are dropped.
+type Writer struct {
+	conn   *websocket.Conn
+	failed bool
+}
+
+// Write sends p as one text frame, bounded in time: a client that cannot
+// take it is gone.
+func (w *Writer) Write(p []byte) {
+	if w.failed {
+		return
+	}
+	c := w.conn
+	if c.SetWriteDeadline(time.Now().Add(socketWriteWait)) != nil || c.WriteMessage(websocket.TextMessage, p) != nil {
+		w.failed = true
+	}
+}
+
+// Failed reports whether a frame could not be written.
+func (w *Writer) Failed() bool { return w.failed }
+
+// NetConn is the client's connection, which nothing reads while a frame
+// is answered: watching it tells a client that leaves.
+func (w *Writer) NetConn() net.Conn { return w.conn.NetConn() }
+
+// Set is every open socket, so a shutdown can close them.
+type Set struct {
 	mu      sync.Mutex
-	open    map[*socket]struct{}
+	open    map[*Socket]struct{}
 	closing bool
 	gone    chan struct{} // closed when the last socket goes, after closing
 }
 
-func (ss *socketSet) add(sk *socket) bool {
+func (ss *Set) add(sk *Socket) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closing {
 		return false
 	}
 	if ss.open == nil {
-		ss.open = make(map[*socket]struct{})
+		ss.open = make(map[*Socket]struct{})
 	}
 	ss.open[sk] = struct{}{}
 	return true
 }
 
-// count is how many sockets are open, for the metrics.
-func (ss *socketSet) count() int {
+// Count is how many sockets are open, for the metrics.
+func (ss *Set) Count() int {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return len(ss.open)
 }
 
-func (ss *socketSet) remove(sk *socket) {
+func (ss *Set) remove(sk *Socket) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	delete(ss.open, sk)
@@ -331,9 +323,9 @@ func (ss *socketSet) remove(sk *socket) {
 	}
 }
 
-// shutdown closes every socket once its request in flight is answered,
+// Shutdown closes every socket once its request in flight is answered,
 // refuses new ones, and waits for them all to go, at most until ctx ends.
-func (ss *socketSet) shutdown(ctx context.Context) error {
+func (ss *Set) Shutdown(ctx context.Context) error {
 	ss.mu.Lock()
 	ss.closing = true
 	var gone chan struct{}
@@ -341,7 +333,7 @@ func (ss *socketSet) shutdown(ctx context.Context) error {
 		gone = make(chan struct{})
 		ss.gone = gone
 	}
-	open := make([]*socket, 0, len(ss.open))
+	open := make([]*Socket, 0, len(ss.open))
 	for sk := range ss.open {
 		open = append(open, sk)
 	}

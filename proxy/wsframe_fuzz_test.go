@@ -28,17 +28,17 @@ func FuzzFrameBody(f *testing.F) {
 		if !json.Valid(frame) || !jsonscan.Scan(frame, &sc) || !sc.Object {
 			return
 		}
-		fields := readFrame(frame, sc.Members)
+		fields := ReadFields(frame, sc.Members)
 		hist := []byte(nil)
 		if len(prior) > 0 && json.Valid(append(append([]byte{'['}, prior...), ']')) {
 			hist = prior
 		}
 		var whole []byte
-		expand := fields.inputArray
+		expand := fields.InputArray
 		if expand {
-			var h history
-			h.add(hist)
-			whole = h.with(fields.input)
+			var h History
+			h.Add(hist)
+			whole = h.With(fields.Input)
 		}
 		if sock := rewriteFrame(frame, sc.Members, whole, nil); !json.Valid(sock) ||
 			expand && gjson.GetBytes(sock, "previous_response_id").Exists() {

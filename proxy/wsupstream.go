@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -16,11 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
-	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
-	"github.com/rotorproxy/rotor/proxy/jsonscan"
-	"github.com/rotorproxy/rotor/rotation"
 )
 
 // A request that came in on a socket goes up on a socket of its own to
@@ -28,287 +23,199 @@ import (
 // socket, kept while the same account serves it, so the upstream's
 // per-connection state (previous_response_id, the prompt cache) holds.
 // An endpoint that refuses the upgrade is served over HTTP instead, and
-// remembered as such. Upstream frames are handed to the forward loop as
-// the SSE bytes an HTTP answer would carry, so the hold-back, the relay
-// and the failover table are the HTTP path's own.
+// remembered as such (NoSockets). Upstream frames are handed to the
+// proxy as the SSE bytes an HTTP answer would carry (Socket.Answer), so
+// the hold-back, the relay and the failover table are the HTTP path's
+// own.
 
-// socketBeta is the OpenAI-Beta value of a Responses WebSocket.
-const socketBeta = "responses_websockets=2026-02-06"
+// Beta is the OpenAI-Beta value of a Responses WebSocket.
+const Beta = "responses_websockets=2026-02-06"
 
-// upstreamSocket is a client socket's connection to its account's
-// endpoint.
-type upstreamSocket struct {
+// Upstream is a client socket's connection to its account's endpoint.
+type Upstream struct {
 	conn      *websocket.Conn
-	accountID string
-	echo      http.Header // the handshake answer's headers Codex reads (handshakeEchoes)
+	AccountID string
+	echo      [][2]string // the handshake answer's headers Codex reads (Dial's echoes), in order
 }
 
-// handshakeEchoes are the headers of an upstream's handshake answer that
-// Codex reads on its own (docs/codex.md): the turn's sticky routing, the
-// models list's version, the model, and whether past reasoning is
-// counted upstream (without it Codex estimates and compacts sooner).
-var handshakeEchoes = []string{turnStateHeader, "x-models-etag", "openai-model", "x-reasoning-included"}
+// Echo sets in h the headers of the upstream's handshake answer that
+// Dial was asked to keep.
+func (up *Upstream) Echo(h *fasthttp.ResponseHeader) {
+	for _, kv := range up.echo {
+		h.Set(kv[0], kv[1])
+	}
+}
 
-// noSockets remembers the endpoints that refused a WebSocket upgrade.
-type noSockets struct {
+// NetConn is the upstream socket's connection: closing it (a client that
+// leaves before the answer starts) ends the attempt.
+func (up *Upstream) NetConn() net.Conn { return up.conn.NetConn() }
+
+// maxNoSockets bounds NoSockets, as the proxy bounds its endpoints: a
+// forgotten endpoint costs one refused upgrade.
+const maxNoSockets = 1024
+
+// NoSockets remembers the endpoints that refused a WebSocket upgrade.
+type NoSockets struct {
 	mu sync.Mutex
 	m  map[string]bool
 }
 
-func (n *noSockets) has(ep string) bool {
+// Has reports whether ep refused an upgrade.
+func (n *NoSockets) Has(ep string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.m[ep]
 }
 
-func (n *noSockets) add(ep string) {
+// Add remembers that ep refused an upgrade.
+func (n *NoSockets) Add(ep string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.m == nil || len(n.m) >= maxBases {
+	if n.m == nil || len(n.m) >= maxNoSockets {
 		n.m = make(map[string]bool) // bounded: a forgotten endpoint costs one refused upgrade
 	}
 	n.m[ep] = true
 }
 
-// sendFrame sends r's frame over the socket's upstream socket to account
-// a, dialing one when the socket has none for a. ok is false when a's
-// endpoint does not take sockets: r then goes over HTTP.
-func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret) (ans *answer, f *failure, ok bool) {
-	base := ad.base(a.BaseURL)
-	w := s.endpoints.way(base, a.ProxyURL)
-	endpoint := w.endpoint
-	sk := r.socket
-	if sk.overHTTP || s.noSockets.has(endpoint) {
-		return nil, nil, false
-	}
-	reused := sk.up != nil && sk.up.accountID == a.ID
-	if !reused {
-		if f, ok := s.redial(r, ad, a, sec, base, &w); !ok || f != nil {
-			return nil, f, ok
-		}
-	}
-	// The client's watch closes the upstream socket if the client leaves
-	// before the answer starts (clientWatch, watchedAttempt).
-	if !r.watch.attach(sk.up.conn.NetConn()) {
-		return nil, &failure{verdict: verdictNetworkError, err: errClientLeft, endpoint: endpoint}, true
-	}
-	frame := r.frame
-	if r.prior != nil && r.prior.up != sk.up {
-		// The exchange r names was not had on this upstream socket: it
-		// cannot know it, so the conversation goes up whole.
-		var sc jsonscan.Scanned
-		jsonscan.Scan(r.frame, &sc)
-		frame = rewriteFrame(r.frame, sc.Members, r.wholeInput(), nil)
-	}
-	frame = s.forAccount(r, ad, a, sec, frame)
-	conn := sk.up.conn
-	var first []byte
-	err := conn.SetWriteDeadline(time.Now().Add(socketWriteWait))
-	if err == nil {
-		err = conn.WriteMessage(websocket.TextMessage, frame)
-	}
-	sent := err == nil
-	if sent {
-		first, err = readFrameText(conn, s.cfg.ResponseTimeout)
-	}
-	if !r.redialed && (socketExpired(first, err) || reused && err != nil && !isTimeout(err)) {
-		// The upstream socket reached its lifetime (docs/codex.md), or, kept
-		// idle since the last request, was closed meanwhile: a new one
-		// to the same account, which knows nothing of the old one's
-		// responses, so the request goes up whole. The client never
-		// sees it, and the account is not blamed for it.
-		s.deps.Log.Debug().Str("request_id", r.id).AnErr("upstream_error", err).Msg("upstream socket ended; redialing")
-		sk.dropUpstream()
-		r.redialed = true
-		return s.sendFrame(r, ad, a, sec)
-	}
-	if !sent {
-		sk.dropUpstream()
-		return nil, &failure{verdict: verdictNetworkError, err: errors.New("cannot send the frame upstream"), endpoint: endpoint}, true
-	}
-	if err != nil {
-		sk.dropUpstream()
-		v := verdictNetworkError
-		if isTimeout(err) {
-			v = verdictUnreachable // no answer within the response timeout
-		}
-		return nil, &failure{verdict: v, err: err, endpoint: endpoint}, true
-	}
-	if gjson.GetBytes(first, "type").Str == "error" && gjson.GetBytes(first, "status").Int() >= 400 {
-		sk.dropUpstream()
-		return nil, s.frameFailure(first, sec, endpoint), true
-	}
-	resp := fasthttp.AcquireResponse()
-	resp.Header.SetContentType("text/event-stream")
-	resp.SetBodyStream(&frameReader{sk: sk, up: sk.up, stall: s.cfg.StallTimeout, pending: sseFrame(nil, first),
-		ended: terminalEvents[gjson.GetBytes(first, "type").Str]}, -1)
-	r.answeredBy = sk.up
-	ans, f = s.readStart(r, resp, formAsIs)
-	return ans, f, true
+// Dialer opens upstream sockets over the connections the proxy makes:
+// its connects, its TLS, its outbound proxies, its watch on the client.
+type Dialer struct {
+	NetDial          func(network, addr string) (net.Conn, error)
+	TLSDial          func(network, addr string) (net.Conn, error) // wss: the TLS handshake is the dialer's, as for HTTP
+	HandshakeTimeout time.Duration
 }
 
-// redial gives r's socket a new upstream socket to account a. ok is false
-// when a's endpoint, or a for this socket, takes no socket: r then goes
-// over HTTP.
-func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (f *failure, ok bool) {
-	sk := r.socket
-	sk.dropUpstream()
-	up, f, refused := s.dialUpstream(r, ad, a, sec, base, w)
-	switch refused {
-	case refusedByEndpoint:
-		s.noSockets.add(w.endpoint)
-		s.deps.Log.Info().Str("endpoint", w.endpoint).Msg("upstream refuses WebSockets; its requests go over HTTP")
-		return nil, false
-	case refusedForAccount:
-		// Too many sockets for the account (docs/codex.md): this socket goes
-		// on over HTTP.
-		sk.overHTTP = true
-		s.deps.Log.Info().Str("socket", sk.id).Msg("upstream refused another socket (403); this socket goes over HTTP")
-		return nil, false
-	}
-	sk.up = up
-	return f, true
+// Refusal is an upstream's answer that opened no socket or began with an
+// error, for the proxy to classify as the failed HTTP answer it stands
+// for: its status, headers and the beginning of its body.
+type Refusal struct {
+	Status int
+	Header *fasthttp.ResponseHeader
+	Body   []byte
 }
 
-// refusal is why an upstream refused a socket that is still served over
-// HTTP.
-type refusal int
-
-const (
-	notRefused refusal = iota
-	// refusedByEndpoint: an HTTP server without sockets (any status but
-	// 101 below 400, or 404, 405, 426, 501); remembered for the endpoint.
-	refusedByEndpoint
-	// refusedForAccount: a plain 403, the backend's answer to one socket
-	// too many for the account; only this socket goes over HTTP.
-	refusedForAccount
-)
-
-// dialUpstream opens a socket to a's endpoint with the headers an HTTP
-// request would carry; refused says why an upstream that answered
-// without a socket is still to be asked over HTTP.
-func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, base string, w *way) (up *upstreamSocket, f *failure, refused refusal) {
-	endpoint := w.endpoint
-	rt, err := s.exits.of(w, sec)
-	if err != nil {
-		return nil, &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}, notRefused
-	}
-	h := http.Header{}
-	hop := r.header.Peek("Connection")
-	for k, v := range r.header.All() {
-		if headerrules.RequestPasses(hop, k) && !bytes.EqualFold(k, []byte("Content-Type")) {
-			h.Add(string(k), string(v))
-		}
-	}
-	s.ownIdentityHeaders(r, a.ID, func(k string) []byte { return []byte(h.Get(k)) }, h.Set)
-	if s.foreignTurnState([]byte(h.Get(turnStateHeader)), a.ID) {
-		h.Del(turnStateHeader)
-	}
-	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
-	h.Set("OpenAI-Beta", socketBeta)
-	tlsDial := dialWatched(r, rt.dialTLS)
-	d := websocket.Dialer{
-		NetDial: dialWatched(r, rt.dial),
-		// wss: the TLS handshake is the connector's, as for HTTP.
-		NetDialTLSContext: func(_ context.Context, network, addr string) (net.Conn, error) { return tlsDial(network, addr) },
-		HandshakeTimeout:  cmp.Or(r.dialWait, s.cfg.ConnectTimeout),
+// Dial opens a socket to url (http or https, as for the same request over
+// HTTP) with the headers h, to which it adds the socket's OpenAI-Beta.
+// The upstream socket is for accountID and keeps the answer's headers
+// named in echoes; hdr is the handshake answer's headers. An upstream
+// that answered without a socket is a Refusal, its body read up to
+// maxBody; one that did not answer is an error.
+func (d Dialer) Dial(url string, h http.Header, accountID string, echoes []string, maxBody int) (up *Upstream, hdr *fasthttp.ResponseHeader, ref *Refusal, err error) {
+	h.Set("OpenAI-Beta", Beta)
+	wd := websocket.Dialer{
+		NetDial:           d.NetDial,
+		NetDialTLSContext: func(_ context.Context, network, addr string) (net.Conn, error) { return d.TLSDial(network, addr) },
+		HandshakeTimeout:  d.HandshakeTimeout,
 		EnableCompression: true,
 	}
-	url := socketURL(ad.url(base, r))
-	conn, resp, err := d.Dial(url, h)
-	if err == nil {
-		if q := parseQuota(s.deps.Clock.Now(), handshakeHeader(resp)); q != nil {
-			s.runtime().SetQuota(a.ID, *q)
-		}
-		s.endpoints.markUp(endpoint)
-		s.learnTurnState([]byte(resp.Header.Get(turnStateHeader)), a.ID)
-		up := &upstreamSocket{conn: conn, accountID: a.ID, echo: http.Header{}}
-		for _, k := range handshakeEchoes {
-			if v := resp.Header.Get(k); v != "" {
-				up.echo.Set(k, v)
-			}
-		}
-		return up, nil, notRefused
+	conn, resp, err := wd.Dial(socketURL(url), h)
+	if err != nil && resp != nil {
+		return nil, nil, &Refusal{Status: resp.StatusCode, Header: fastHeader(resp.Header), Body: readRefusal(resp, maxBody)}, nil
 	}
-	if resp == nil {
-		raiseDialPanic(err)
-		err = &dialError{err}
-		return nil, &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, notRefused
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	up = &Upstream{conn: conn, AccountID: accountID}
+	for _, k := range echoes {
+		if v := resp.Header.Get(k); v != "" {
+			up.echo = append(up.echo, [2]string{k, v})
+		}
+	}
+	return up, fastHeader(resp.Header), nil, nil
+}
+
+// fastHeader is a handshake answer's headers as a fasthttp response
+// header, which the proxy's classify reads as it reads an HTTP answer's.
+func fastHeader(h http.Header) *fasthttp.ResponseHeader {
+	hdr := new(fasthttp.ResponseHeader)
+	for k, vs := range h {
+		for _, v := range vs {
+			hdr.Add(k, v)
+		}
+	}
+	return hdr
+}
+
+// readRefusal reads at most max bytes of a refusal's body, and closes it.
+func readRefusal(resp *http.Response, max int) []byte {
 	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode < 400, resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusMethodNotAllowed,
-		resp.StatusCode == http.StatusUpgradeRequired, resp.StatusCode == http.StatusNotImplemented:
-		// An HTTP server without sockets: it answered the GET as a GET.
-		return nil, nil, refusedByEndpoint
-	}
-	s.endpoints.markUp(endpoint)
-	hdr := handshakeHeader(resp)
 	body := make([]byte, 0, 4096)
-	for len(body) < errBodyMax {
-		n, rerr := resp.Body.Read(body[len(body):min(cap(body), errBodyMax)])
+	for len(body) < max {
+		n, err := resp.Body.Read(body[len(body):min(cap(body), max)])
 		body = body[:len(body)+n]
-		if rerr != nil {
+		if err != nil {
 			break
 		}
 		if len(body) == cap(body) {
 			body = append(body, 0)[:len(body)]
 		}
 	}
-	f = &failure{status: resp.StatusCode, endpoint: endpoint, upstreamID: resp.Header.Get("x-request-id"), body: headerrules.Redact(body, sec)}
-	f.verdict = classify(f.status, hdr, f.body)
-	if f.status == http.StatusForbidden && f.verdict == verdictClientError {
-		return nil, nil, refusedForAccount
-	}
-	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)
-	}
-	return nil, f, notRefused
+	return body
 }
 
-// frameFailure reads an upstream error frame before any output as the
-// failed HTTP answer it stands for: its status, its headers and its error
-// object go through the same classify.
-func (s *Server) frameFailure(frame []byte, sec *secrets.Secret, endpoint string) *failure {
-	hdr := new(fasthttp.ResponseHeader)
-	gjson.GetBytes(frame, "headers").ForEach(func(k, v gjson.Result) bool {
-		hdr.Set(k.Str, v.String())
+// Send writes frame to the upstream socket and reads the first frame of
+// its answer, waiting at most wait; sent says the frame left.
+func (up *Upstream) Send(frame []byte, wait time.Duration) (first []byte, sent bool, err error) {
+	conn := up.conn
+	err = conn.SetWriteDeadline(time.Now().Add(socketWriteWait))
+	if err == nil {
+		err = conn.WriteMessage(websocket.TextMessage, frame)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	first, err = readFrameText(conn, wait)
+	return first, true, err
+}
+
+// ErrorFrame is an upstream socket's first frame as the failed HTTP
+// answer it stands for, when it is an error before any output with a
+// status of 400 or more: its status, its headers and the frame as the
+// body. It is nil for any other frame.
+func ErrorFrame(first []byte) *Refusal {
+	if gjson.GetBytes(first, "type").Str != "error" {
+		return nil
+	}
+	status := gjson.GetBytes(first, "status").Int()
+	if status < 400 {
+		return nil
+	}
+	ref := &Refusal{Status: int(status), Header: new(fasthttp.ResponseHeader), Body: bytes.Clone(first)}
+	gjson.GetBytes(first, "headers").ForEach(func(k, v gjson.Result) bool {
+		ref.Header.Set(k.Str, v.String())
 		return true
 	})
-	f := &failure{status: int(gjson.GetBytes(frame, "status").Int()), endpoint: endpoint,
-		upstreamID: string(hdr.Peek("x-request-id")), body: headerrules.Redact(bytes.Clone(frame), sec)}
-	f.verdict = classify(f.status, hdr, f.body)
-	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)
+	return ref
+}
+
+// DialHeader is the handshake header of an upstream socket for requests
+// with the header h: every header an HTTP request would pass on
+// (headerrules.RequestPasses) but its content type, which a socket has
+// none of.
+func DialHeader(h *fasthttp.RequestHeader) http.Header {
+	dh := http.Header{}
+	hop := h.Peek("Connection")
+	for k, v := range h.All() {
+		if headerrules.RequestPasses(hop, k) && !bytes.EqualFold(k, []byte("Content-Type")) {
+			dh.Add(string(k), string(v))
+		}
 	}
-	return f
+	return dh
 }
 
 // codeSocketExpired is the error the backend sends on a socket that has
 // lived its 60 minutes.
 const codeSocketExpired = "websocket_connection_limit_reached"
 
-// socketExpired reports whether an upstream socket's answer (its first
+// Expired reports whether an upstream socket's answer (its first
 // frame, or the error reading it) says the socket has lived too long: the
 // error frame for it, or a close with 1008 (policy) in its place.
-func socketExpired(first []byte, err error) bool {
+func Expired(first []byte, err error) bool {
 	if err != nil {
 		return websocket.IsCloseError(err, websocket.ClosePolicyViolation)
 	}
 	return bytes.Contains(first, []byte(codeSocketExpired)) && gjson.GetBytes(first, "type").Str == "error" &&
 		(gjson.GetBytes(first, "error.code").Str == codeSocketExpired || gjson.GetBytes(first, "code").Str == codeSocketExpired)
-}
-
-// handshakeHeader is resp's headers as a fasthttp response header, which
-// classify, resetTime and parseQuota read.
-func handshakeHeader(resp *http.Response) *fasthttp.ResponseHeader {
-	hdr := new(fasthttp.ResponseHeader)
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			hdr.Add(k, v)
-		}
-	}
-	return hdr
 }
 
 // socketURL is an http(s) URL as the ws(s) URL of the same place.
@@ -332,7 +239,8 @@ func readFrameText(conn *websocket.Conn, wait time.Duration) ([]byte, error) {
 	}
 }
 
-func isTimeout(err error) bool {
+// IsTimeout reports whether err is a wait that ran out.
+func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
@@ -351,13 +259,22 @@ var terminalEvents = map[string]bool{
 	"response.failed": true, "error": true,
 }
 
+// Answer is the answer sk's upstream socket began with first, as the SSE
+// bytes of an HTTP answer, each frame waited for at most stall. Its
+// CloseWithError keeps the upstream socket for the next request when the
+// answer ended, and drops it otherwise.
+func (sk *Socket) Answer(first []byte, stall time.Duration) io.Reader {
+	return &frameReader{sk: sk, up: sk.Up, stall: stall, pending: sseFrame(nil, first),
+		ended: terminalEvents[gjson.GetBytes(first, "type").Str]}
+}
+
 // frameReader is an upstream socket's answer as the SSE bytes of an HTTP
 // answer: each text frame one event. It ends after the answer's last
 // event; closed cleanly after that, the socket stays for the next
 // request, closed any other way it is dropped.
 type frameReader struct {
-	sk      *socket
-	up      *upstreamSocket
+	sk      *Socket
+	up      *Upstream
 	stall   time.Duration
 	pending []byte
 	off     int
@@ -390,52 +307,17 @@ func (fr *frameReader) CloseWithError(err error) error {
 	}
 	fr.closed = true
 	if err != nil || !fr.ended || fr.off < len(fr.pending) {
-		if fr.sk.up == fr.up {
-			fr.sk.dropUpstream()
+		if fr.sk.Up == fr.up {
+			fr.sk.DropUpstream()
 		}
 	}
 	return nil
 }
 
-// dropUpstream closes the socket's upstream socket, if it has one.
-func (sk *socket) dropUpstream() {
-	if sk.up != nil {
-		sk.up.conn.Close()
-		sk.up = nil
-	}
-}
-
-// earlyDialWait bounds what dialEarly adds to the client's handshake: an
-// upstream slower than that is dialed again by the first request, with
-// the whole ConnectTimeout.
-const earlyDialWait = 2 * time.Second
-
-// dialEarly picks the account that is to serve the socket sk and opens
-// its upstream socket while the client's handshake waits (docs/codex.md), so
-// the handshake's answer carries what the upstream's did
-// (handshakeEchoes), and binds the socket's conversation to that account
-// so its first request goes there. It is best effort and charges
-// nobody: when it cannot, the first request picks and dials as always.
-func (s *Server) dialEarly(sk *socket, id string) {
-	key := cmp.Or(affinityKey(&sk.header, bodyFields{}), sk.affinity)
-	pick := rotation.Request{AffinityKey: key}
-	ch, ref := s.deps.Selector.Pick(&pick)
-	if ref != nil {
-		return
-	}
-	a := &ch.Account
-	ad := s.adapters.For(a.Kind)
-	base := ad.base(a.BaseURL)
-	w := s.endpoints.way(base, a.ProxyURL)
-	if s.noSockets.has(w.endpoint) || s.endpoints.isDown(w.endpoint) {
-		return
-	}
-	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
-	if err != nil {
-		return
-	}
-	r := &request{id: id, header: &sk.header, op: opResponses, socket: sk, dialWait: min(earlyDialWait, s.cfg.ConnectTimeout)}
-	if f, ok := s.redial(r, ad, a, &sec, base, &w); ok && f == nil {
-		s.deps.Selector.Bind(key, a.ID)
+// DropUpstream closes the socket's upstream socket, if it has one.
+func (sk *Socket) DropUpstream() {
+	if sk.Up != nil {
+		sk.Up.conn.Close()
+		sk.Up = nil
 	}
 }
