@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // op is what a client asked for; each adapter maps it to an upstream URL.
@@ -136,7 +137,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
 		s.deps.Pages.ServePage(ctx)
 		return 0, false
 	}
-	if UpgradeRequested(&ctx.Request.Header) && Paths[string(ctx.Path())] {
+	if websocket.UpgradeRequested(&ctx.Request.Header) && websocket.Paths[string(ctx.Path())] {
 		s.acceptSocket(ctx, r)
 		return 0, false
 	}

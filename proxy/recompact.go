@@ -11,6 +11,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // A compaction another account made is carried over by making it again
@@ -166,7 +167,7 @@ func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *sec
 		recompactDepth: r.recompactDepth + 1}
 	r.header.CopyTo(cr.header)
 	if m := gjson.GetBytes(src.body, "client_metadata"); m.IsObject() {
-		MetadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
+		websocket.MetadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
 	}
 	jsonscan.Scan(src.body, &cr.scan)
 	ans, f := s.send(cr, ad, a, sec)

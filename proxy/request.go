@@ -17,6 +17,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/coding"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // request is one client request on its way through the forward loop:
@@ -67,9 +68,9 @@ type request struct {
 	socket     *socket
 	frame      []byte
 	frameInput []byte
-	prior      *History
+	prior      *websocket.History
 	httpForm   bool
-	answeredBy *Upstream
+	answeredBy *websocket.Upstream
 
 	// edited is the body as an adapter that edits bodies made it, once
 	// per request (chatgptAdapter.body).

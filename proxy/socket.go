@@ -15,6 +15,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -37,17 +38,17 @@ const transportWebSocket = "websocket"
 var handshakeEchoes = []string{turnStateHeader, "x-models-etag", "openai-model", "x-reasoning-included"}
 
 // socketSet is every open socket, which the metrics count.
-type socketSet struct{ Set }
+type socketSet struct{ websocket.Set }
 
 func (ss *socketSet) count() int { return ss.Count() }
 
 // noSockets is the endpoints that refused a WebSocket upgrade.
-type noSockets = NoSockets
+type noSockets = websocket.NoSockets
 
 // socket is one client's Responses WebSocket, as the request path sees
 // it: the transport's socket and what each of its requests carries.
 type socket struct {
-	Socket
+	websocket.Socket
 	s        *Server
 	affinity string // for requests that name no conversation: the socket's own
 	overHTTP bool   // an upstream refused one socket too many: this one goes over HTTP
@@ -64,7 +65,7 @@ func (s *Server) acceptSocket(ctx *fasthttp.RequestCtx, r *request) {
 	if sk.Up != nil {
 		sk.Up.Echo(&ctx.Response.Header)
 	}
-	up := Upgrader{Sockets: &s.sockets.Set, MaxBody: s.cfg.MaxBody, Log: &s.deps.Log,
+	up := websocket.Upgrader{Sockets: &s.sockets.Set, MaxBody: s.cfg.MaxBody, Log: &s.deps.Log,
 		Refuse: func(reason error) {
 			s.refuse(httpResponder{ctx}, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: reason.Error()}, nil)
 		}}
@@ -74,7 +75,7 @@ func (s *Server) acceptSocket(ctx *fasthttp.RequestCtx, r *request) {
 // ServeFrame answers one frame. Frames other than response.create (such
 // as response.processed) ask for no answer. It is false when a bug (a
 // panic) ended the request: the socket is closed (panicked).
-func (sk *socket) ServeFrame(fw *Writer, frame []byte, tooLarge bool) (ok bool) {
+func (sk *socket) ServeFrame(fw *websocket.Writer, frame []byte, tooLarge bool) (ok bool) {
 	s := sk.s
 	r := &request{id: newRequestID(), header: &sk.Header, transport: transportWebSocket}
 	w := &wsResponder{sk: sk, fw: fw}
@@ -131,17 +132,17 @@ var errPanicked = errors.New("rotor: a bug ended the answer")
 
 // wsResponder answers one response.create frame on a socket: an error
 // frame for a refusal, and for an answer every upstream event as a text
-// frame of its own, written as it arrives (Writer.Answer). It
+// frame of its own, written as it arrives (websocket.Writer.Answer). It
 // also notes what the socket's history needs of the answer.
 type wsResponder struct {
 	sk *socket
-	fw *Writer
+	fw *websocket.Writer
 	// watched is the last attempt's watch: its client may have left.
 	watched *clientWatch
 	// relaying is the answer being written, until its relay is closed:
 	// a request a bug ends closes it (socket.panicked).
 	relaying *relay
-	out      Output
+	out      websocket.Output
 }
 
 func (w *wsResponder) gone() bool { return w.fw.Failed() || w.watched.hasLeft() }
@@ -154,7 +155,7 @@ func (w *wsResponder) watch() *clientWatch {
 }
 
 func (w *wsResponder) refuse(resp rerr.Response, headers func(HeaderSetter)) {
-	var hs ErrorHeaders
+	var hs websocket.ErrorHeaders
 	if headers != nil {
 		headers(&hs)
 	}
@@ -184,7 +185,7 @@ func (sk *socket) create(w *wsResponder, r *request, frame []byte) {
 		sk.s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest, Message: "frame is not a valid JSON object"}, nil)
 		return
 	}
-	f := ReadFields(frame, sc.Members)
+	f := websocket.ReadFields(frame, sc.Members)
 	if f.NoGenerate {
 		sk.WarmUp(w.fw, "resp_"+strings.TrimPrefix(r.id, "rotor_"), f)
 		sk.s.finish(r, ending{status: 200, code: "warm_up"})
@@ -232,13 +233,13 @@ func rewriteFrame(frame []byte, ms []jsonscan.Member, whole []byte, hdr *fasthtt
 			}
 		case k == "type", k == "generate":
 			edits[i] = drop
-		case IsFrameHeader(k):
+		case websocket.IsFrameHeader(k):
 			edits[i] = drop
 			if v, ok := m.Str(frame); ok {
 				hdr.Set(k, v)
 			}
 		case k == "client_metadata":
-			MetadataHeaders(frame[m.ValStart:m.End], hdr)
+			websocket.MetadataHeaders(frame[m.ValStart:m.End], hdr)
 		case k == "stream":
 			stream = true
 			if string(frame[m.ValStart:m.End]) != "true" {
@@ -297,7 +298,7 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	}
 	frame = s.forAccount(r, ad, a, sec, frame)
 	first, sent, err := sk.Up.Send(frame, s.cfg.ResponseTimeout)
-	if !r.redialed && (Expired(first, err) || reused && err != nil && !IsTimeout(err)) {
+	if !r.redialed && (websocket.Expired(first, err) || reused && err != nil && !websocket.IsTimeout(err)) {
 		// The upstream socket reached its lifetime (docs/codex.md), or, kept
 		// idle since the last request, was closed meanwhile: a new one
 		// to the same account, which knows nothing of the old one's
@@ -315,12 +316,12 @@ func (s *Server) sendFrame(r *request, ad Adapter, a *accounts.Account, sec *sec
 	if err != nil {
 		sk.DropUpstream()
 		v := verdictNetworkError
-		if IsTimeout(err) {
+		if websocket.IsTimeout(err) {
 			v = verdictUnreachable // no answer within the response timeout
 		}
 		return nil, &failure{verdict: v, err: err, endpoint: endpoint}, true
 	}
-	if ref := ErrorFrame(first); ref != nil {
+	if ref := websocket.ErrorFrame(first); ref != nil {
 		sk.DropUpstream()
 		return nil, s.refusalFailure(ref, sec, endpoint), true
 	}
@@ -343,13 +344,13 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 	if err != nil {
 		return &failure{verdict: verdictUnreachable, err: err, endpoint: endpoint}, true
 	}
-	h := DialHeader(r.header)
+	h := websocket.DialHeader(r.header)
 	s.ownIdentityHeaders(r, a.ID, func(k string) []byte { return []byte(h.Get(k)) }, h.Set)
 	if s.foreignTurnState([]byte(h.Get(turnStateHeader)), a.ID) {
 		h.Del(turnStateHeader)
 	}
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
-	d := Dialer{NetDial: dialWatched(r, rt.dial), TLSDial: dialWatched(r, rt.dialTLS),
+	d := websocket.Dialer{NetDial: dialWatched(r, rt.dial), TLSDial: dialWatched(r, rt.dialTLS),
 		HandshakeTimeout: cmp.Or(r.dialWait, s.cfg.ConnectTimeout)}
 	up, hdr, ref, err := d.Dial(ad.url(base, r), h, a.ID, handshakeEchoes, errBodyMax)
 	switch {
@@ -389,7 +390,7 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 // error frame before any output, as the failed HTTP answer it stands
 // for: its status, its headers and its error object go through the same
 // classify.
-func (s *Server) refusalFailure(ref *Refusal, sec *secrets.Secret, endpoint string) *failure {
+func (s *Server) refusalFailure(ref *websocket.Refusal, sec *secrets.Secret, endpoint string) *failure {
 	f := &failure{status: ref.Status, endpoint: endpoint, upstreamID: string(ref.Header.Peek("x-request-id")), body: headerrules.Redact(ref.Body, sec)}
 	f.verdict = classify(f.status, ref.Header, f.body)
 	if f.verdict == verdictUsageLimit {

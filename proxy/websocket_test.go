@@ -18,6 +18,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
+	wsock "github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // dialSocket opens a Responses WebSocket on e as Codex CLI does, with the
@@ -195,7 +196,7 @@ func TestSocketRelaysEveryEventAsItsOwnFrame(t *testing.T) {
 	if len(rec) != 2 || rec[0].Method != http.MethodGet || rec[1].Method != "WS" || string(rec[1].Body) != createFrame {
 		t.Fatalf("upstream got %+v", rec)
 	}
-	if h := rec[0].Header; h.Get("session-id") != "sess-1" || h.Get("OpenAI-Beta") != Beta || h.Get("Authorization") != "Bearer k1" {
+	if h := rec[0].Header; h.Get("session-id") != "sess-1" || h.Get("OpenAI-Beta") != wsock.Beta || h.Get("Authorization") != "Bearer k1" {
 		t.Errorf("upstream handshake headers: %v", h)
 	}
 	// The next turn goes up on the same upstream socket.

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // FuzzFrameBody holds the frame reader to its promise for any frame a
@@ -28,7 +29,7 @@ func FuzzFrameBody(f *testing.F) {
 		if !json.Valid(frame) || !jsonscan.Scan(frame, &sc) || !sc.Object {
 			return
 		}
-		fields := ReadFields(frame, sc.Members)
+		fields := websocket.ReadFields(frame, sc.Members)
 		hist := []byte(nil)
 		if len(prior) > 0 && json.Valid(append(append([]byte{'['}, prior...), ']')) {
 			hist = prior
@@ -36,7 +37,7 @@ func FuzzFrameBody(f *testing.F) {
 		var whole []byte
 		expand := fields.InputArray
 		if expand {
-			var h History
+			var h websocket.History
 			h.Add(hist)
 			whole = h.With(fields.Input)
 		}

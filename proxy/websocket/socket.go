@@ -1,4 +1,18 @@
-package proxy
+// Package websocket is the Responses API's WebSocket transport
+// (docs/codex.md): a client's socket, read a frame at a time, kept alive
+// while idle and closed with 1001 on shutdown; the frames an answer is
+// written as; and the socket to the account's endpoint a client socket's
+// requests go up on, whose frames it reads back as the SSE bytes of an
+// HTTP answer.
+//
+// It knows nothing of accounts, failover or the request path: the proxy
+// reaches it through Handler, which answers each frame, and gives it what
+// a dial needs (a URL, headers, the connections to dial with). What an
+// upstream's refusal means, and whose fault a failure is, is the proxy's
+// to decide. It guarantees that one frame is answered at a time on a
+// socket, that a socket's upstream socket is closed when the client's
+// ends, and that every frame is read once, into one buffer.
+package websocket
 
 import (
 	"bytes"
