@@ -51,7 +51,7 @@ func (w *Writer) Answer(body io.Reader, isJSON bool, maxJSON int, out *Output) (
 // Output is what a socket's history needs of an answer: its response id
 // and its output items, kept while they fit maxHistory.
 type Output struct {
-	ResponseID string
+	ResponseID string // the answer's response id, from its final event
 	items      []byte // output items, comma-separated
 	overflow   bool
 }
@@ -91,7 +91,7 @@ const maxHistory = 16 << 20
 // comma-separated list of items, so a long session costs no copy per
 // turn.
 type History struct {
-	ID    string
+	ID    string // the response id a request names the exchange by
 	parts [][]byte
 	size  int
 	// Up is the upstream socket that answered, which knows the exchange

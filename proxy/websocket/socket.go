@@ -11,7 +11,8 @@
 // upstream's refusal means, and whose fault a failure is, is the proxy's
 // to decide. It guarantees that one frame is answered at a time on a
 // socket, that a socket's upstream socket is closed when the client's
-// ends, and that every frame is read once, into one buffer.
+// ends, and that every frame is read once, into a buffer its request and
+// the socket's history share: no frame is copied on its way up.
 package websocket
 
 import (
@@ -73,7 +74,8 @@ type Upgrader struct {
 	// MaxBody bounds a frame: a longer one is read to its end and
 	// dropped, so it costs no more memory than the cap.
 	MaxBody int
-	Log     *zerolog.Logger
+	// Log takes a line when a socket opens and when it closes.
+	Log *zerolog.Logger
 	// Refuse answers a handshake that cannot be upgraded.
 	Refuse func(reason error)
 }

@@ -34,7 +34,7 @@ const Beta = "responses_websockets=2026-02-06"
 // Upstream is a client socket's connection to its account's endpoint.
 type Upstream struct {
 	conn      *websocket.Conn
-	AccountID string
+	AccountID string      // the account it was opened for
 	echo      [][2]string // the handshake answer's headers Codex reads (Dial's echoes), in order
 }
 
