@@ -86,6 +86,7 @@ type Upgrader struct {
 // socket, if it has one, is then closed.
 func (u *Upgrader) Upgrade(ctx *fasthttp.RequestCtx, sk *Socket, h Handler) error {
 	sk.u, sk.h = *u, h
+	sk.u.Refuse = nil // the handshake's: the socket outlives the request it answers
 	up := websocket.FastHTTPUpgrader{
 		ReadBufferSize:    4 << 10,
 		WriteBufferSize:   4 << 10,
