@@ -291,7 +291,7 @@ func (s *Server) disown(r *request) {
 	}
 	mark(jsonscan.Get(r.body, "input"))
 	if r.prior != nil {
-		for _, p := range r.prior.parts {
+		for _, p := range r.prior.Parts() {
 			if bytes.Contains(p, encryptedKey) {
 				mark(gjson.Parse("[" + string(p) + "]"))
 			}

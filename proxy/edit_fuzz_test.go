@@ -12,6 +12,7 @@ import (
 
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/jsonscan/jsonscantest"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // rotor edits a client's body in three places: docs/accounts.md's rewrite for a
@@ -201,7 +202,7 @@ func FuzzRewriteFrame(f *testing.F) {
 			out := rewriteFrame(frame, s.Members, whole, hdr)
 			want := maps.Clone(in)
 			for k := range want {
-				if k == "previous_response_id" || hdr != nil && (k == "type" || k == "generate" || frameHeader(k)) {
+				if k == "previous_response_id" || hdr != nil && (k == "type" || k == "generate" || websocket.IsFrameHeader(k)) {
 					delete(want, k)
 				}
 			}

@@ -45,11 +45,11 @@ func (s *Server) forward(w responder, r *request) {
 	sel := s.deps.Selector
 	pick := rotation.Request{AffinityKey: r.affinityKey, Model: r.model}
 	r.codexCatalog = r.op == opModels && r.codexClient && s.anyCodexAccount()
-	if r.keyDerived && r.socket != nil && r.socket.up != nil && !sel.Bound(r.affinityKey) {
+	if r.keyDerived && r.socket != nil && r.socket.Up != nil && !sel.Bound(r.affinityKey) {
 		// A conversation the socket has not carried yet goes where the
 		// socket already is, unless that account cannot take it; its
 		// later turns, on this socket or another, follow it there.
-		sel.Bind(r.affinityKey, r.socket.up.accountID)
+		sel.Bind(r.affinityKey, r.socket.Up.AccountID)
 		r.adopted = true
 	}
 	for {

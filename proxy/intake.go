@@ -14,6 +14,7 @@ import (
 
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/promtext"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // op is what a client asked for; each adapter maps it to an upstream URL.
@@ -148,7 +149,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
 		s.deps.Pages.ServePage(ctx)
 		return 0, false
 	}
-	if upgradeRequested(&ctx.Request.Header) && socketPaths[string(ctx.Path())] {
+	if websocket.UpgradeRequested(&ctx.Request.Header) && websocket.Paths[string(ctx.Path())] {
 		s.acceptSocket(ctx, r)
 		return 0, false
 	}

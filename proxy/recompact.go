@@ -12,6 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/proxy/upstream"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // A compaction another account made is carried over by making it again
@@ -131,7 +132,7 @@ func compactionSource(r *request) (src compactSource, ok bool) {
 		}
 		var sc jsonscan.Scanned
 		jsonscan.Scan(r.frame, &sc)
-		body = rewriteFrame(r.frame, sc.Members, r.wholeInput(), new(fasthttp.RequestHeader))
+		body = rewriteFrame(r.frame, sc.Members, r.prior.With(r.frameInput), new(fasthttp.RequestHeader))
 	}
 	input := jsonscan.Get(body, "input").Array()
 	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
@@ -167,7 +168,7 @@ func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *sec
 		recompactDepth: r.recompactDepth + 1}
 	r.header.CopyTo(cr.header)
 	if m := gjson.GetBytes(src.body, "client_metadata"); m.IsObject() {
-		metadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
+		websocket.MetadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
 	}
 	jsonscan.Scan(src.body, &cr.scan)
 	ans, f := s.send(cr, ad, a, sec)

@@ -18,6 +18,7 @@ import (
 	"github.com/rotorproxy/rotor/proxy/coding"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/upstream"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // request is one client request on its way through the forward loop:
@@ -68,9 +69,9 @@ type request struct {
 	socket     *socket
 	frame      []byte
 	frameInput []byte
-	prior      *history
+	prior      *websocket.History
 	httpForm   bool
-	answeredBy *upstreamSocket
+	answeredBy *websocket.Upstream
 
 	// edited is the body as an adapter that edits bodies made it, once
 	// per request (chatgptAdapter.body).

@@ -28,6 +28,7 @@ import (
 	rerr "github.com/rotorproxy/rotor/errors"
 	"github.com/rotorproxy/rotor/proxy/metrics"
 	"github.com/rotorproxy/rotor/proxy/upstream"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -208,13 +209,13 @@ type Server struct {
 	secrets     *secretCache
 	endpoints   *upstream.Endpoints
 	adapters    *Adapters
-	sockets     socketSet
+	sockets     websocket.Set
 	quiet       quietConns
-	noSockets   noSockets   // endpoints that refused a WebSocket upgrade
-	mints       mints       // who minted each account-bound blob relayed (docs/codex.md)
-	identities  identities  // the installation id each account is shown (docs/codex.md)
-	compactions compactions // the requests behind the compactions relayed (docs/codex.md)
-	tokens      poolTokens  // the pool's access tokens Codex signed in may send (docs/codex.md)
+	noSockets   websocket.NoSockets // endpoints that refused a WebSocket upgrade
+	mints       mints               // who minted each account-bound blob relayed (docs/codex.md)
+	identities  identities          // the installation id each account is shown (docs/codex.md)
+	compactions compactions         // the requests behind the compactions relayed (docs/codex.md)
+	tokens      poolTokens          // the pool's access tokens Codex signed in may send (docs/codex.md)
 	metrics     *metrics.Metrics
 	costs       *metrics.Costs // the dollars in /metrics (docs/cost.md)
 }
@@ -236,7 +237,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
 	s.identities = newIdentities(deps.IdentityKey)
-	s.metrics = metrics.New(deps.Selector, s.sockets.count, failoverOutcomes())
+	s.metrics = metrics.New(deps.Selector, s.sockets.Count, failoverOutcomes())
 	s.costs = metrics.NewCosts(deps.Prices, deps.Selector, s.metrics.Registry(),
 		func(k accounts.Kind) string { return s.adapters.For(k).meter() })
 	s.setKey(cfg.ClientKey)
@@ -326,7 +327,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	stop()
 	// fasthttp has handed sockets over: each closes with 1001 once the
 	// response it is answering has ended.
-	err = errors.Join(err, s.sockets.shutdown(ctx))
+	err = errors.Join(err, s.sockets.Shutdown(ctx))
 	s.exits.CloseIdle()
 	return err
 }

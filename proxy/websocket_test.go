@@ -18,6 +18,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
+	wsock "github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // dialSocket opens a Responses WebSocket on e as Codex CLI does, with the
@@ -195,7 +196,7 @@ func TestSocketRelaysEveryEventAsItsOwnFrame(t *testing.T) {
 	if len(rec) != 2 || rec[0].Method != http.MethodGet || rec[1].Method != "WS" || string(rec[1].Body) != createFrame {
 		t.Fatalf("upstream got %+v", rec)
 	}
-	if h := rec[0].Header; h.Get("session-id") != "sess-1" || h.Get("OpenAI-Beta") != socketBeta || h.Get("Authorization") != "Bearer k1" {
+	if h := rec[0].Header; h.Get("session-id") != "sess-1" || h.Get("OpenAI-Beta") != wsock.Beta || h.Get("Authorization") != "Bearer k1" {
 		t.Errorf("upstream handshake headers: %v", h)
 	}
 	// The next turn goes up on the same upstream socket.
@@ -606,9 +607,7 @@ func TestSocketFiveHundredAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.srv.sockets.mu.Lock()
-	open := len(e.srv.sockets.open)
-	e.srv.sockets.mu.Unlock()
+	open := e.srv.sockets.Count()
 	if open != n {
 		t.Errorf("%d sockets open on the proxy, want %d", open, n)
 	}

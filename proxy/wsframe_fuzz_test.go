@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/proxy/websocket"
 )
 
 // FuzzFrameBody holds the frame reader to its promise for any frame a
@@ -28,17 +29,17 @@ func FuzzFrameBody(f *testing.F) {
 		if !json.Valid(frame) || !jsonscan.Scan(frame, &sc) || !sc.Object {
 			return
 		}
-		fields := readFrame(frame, sc.Members)
+		fields := websocket.ReadFields(frame, sc.Members)
 		hist := []byte(nil)
 		if len(prior) > 0 && json.Valid(append(append([]byte{'['}, prior...), ']')) {
 			hist = prior
 		}
 		var whole []byte
-		expand := fields.inputArray
+		expand := fields.InputArray
 		if expand {
-			var h history
-			h.add(hist)
-			whole = h.with(fields.input)
+			var h websocket.History
+			h.Add(hist)
+			whole = h.With(fields.Input)
 		}
 		if sock := rewriteFrame(frame, sc.Members, whole, nil); !json.Valid(sock) ||
 			expand && gjson.GetBytes(sock, "previous_response_id").Exists() {
