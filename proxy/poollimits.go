@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tidwall/sjson"
-	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -28,8 +28,7 @@ import (
 // so the relay need not read it again.
 func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
 	h := &ans.resp.Header
-	told := len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0 ||
-		len(h.Peek(creditsHeaders.has)) > 0
+	told := backend.TellsMeter(h)
 	events := bytes.Contains(ans.pending, []byte(`"codex.rate_limits"`))
 	if !told && !events {
 		return false
@@ -51,8 +50,8 @@ func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool)
 		return events
 	}
 	if told {
-		delMeterHeaders(h)
-		setQuotaHeaders(h, now, quotaOf(u, now))
+		backend.DelMeterHeaders(h)
+		backend.SetQuotaHeaders(h, now, quotaOf(u, now))
 	}
 	if events {
 		held := ans.pending
@@ -74,40 +73,12 @@ func (s *Server) othersMetered(id string) bool {
 	return false
 }
 
-// delMeterHeaders deletes what h tells of the account's meter: its main
-// windows, every other family's headers and its credits; the plan and
-// the active limit stay.
-func delMeterHeaders(h *fasthttp.ResponseHeader) {
-	for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
-		for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
-			h.Del(k)
-		}
-	}
-	var prefixes []string
-	for k := range h.All() {
-		if prefix, ok := familyHeader(k); ok {
-			prefixes = append(prefixes, prefix)
-		}
-	}
-	for _, p := range prefixes {
-		for _, slot := range []string{"-primary", "-secondary"} {
-			for _, k := range []string{"-used-percent", "-window-minutes", "-reset-at", "-reset-after-seconds"} {
-				h.Del(p + slot + k)
-			}
-		}
-		h.Del(p + "-limit-name")
-	}
-	h.Del(creditsHeaders.has)
-	h.Del(creditsHeaders.unlimited)
-	h.Del(creditsHeaders.balance)
-}
-
 // learnRateLimits hands set the quota of every codex.rate_limits event in
 // the SSE bytes b.
 func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && jsonscan.Get(data, "type").Str == "codex.rate_limits" {
-			if q := quotaFromEvent(now, data); q != nil {
+			if q := backend.QuotaFromEvent(now, data); q != nil {
 				set(q)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/rotation"
@@ -220,7 +221,7 @@ func (rl *relay) onEvent(e sse.Event) {
 	if rl.poolShown && !sse.Bootstrap[e.Type] {
 		rl.poolShown = false
 	}
-	if q := eventQuota(e, rl.s.deps.Clock); q != nil && !rl.poolShown {
+	if q := backend.EventQuota(e, rl.s.deps.Clock); q != nil && !rl.poolShown {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
 	switch {

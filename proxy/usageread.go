@@ -13,6 +13,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -240,7 +241,7 @@ func usageQuota(body []byte, now time.Time) (q *rotation.Quota, allowed bool, li
 	}
 	rl := root.Get("rate_limit")
 	q = &rotation.Quota{PlanType: root.Get("plan_type").Str, ObservedAt: now, Whole: true,
-		Credits: eventCredits(root.Get("credits"))}
+		Credits: backend.EventCredits(root.Get("credits"))}
 	reached := root.Get("rate_limit_reached_type.type").Str
 	switch {
 	case rl.IsObject():
@@ -258,7 +259,7 @@ func usageQuota(body []byte, now time.Time) (q *rotation.Quota, allowed bool, li
 	root.Get("additional_rate_limits").ForEach(func(_, v gjson.Result) bool {
 		id := cmp.Or(v.Get("metered_feature").Str, v.Get("limit_name").Str)
 		frl := v.Get("rate_limit")
-		if id == "" || !frl.IsObject() || len(q.Families) >= maxHeaderFamilies {
+		if id == "" || !frl.IsObject() || len(q.Families) >= backend.MaxHeaderFamilies {
 			return true
 		}
 		f := rotation.Family{ID: rotation.NormalizeFamily(id), LimitName: v.Get("limit_name").Str,
@@ -285,7 +286,7 @@ func usageWindow(now time.Time, w gjson.Result) *rotation.Window {
 	if at := w.Get("reset_at").Int(); at > 0 {
 		out.ResetsAt = time.Unix(at, 0)
 	} else if after := w.Get("reset_after_seconds").Int(); after > 0 {
-		out.ResetsAt = afterUnits(now, float64(after), time.Second)
+		out.ResetsAt = backend.AfterUnits(now, float64(after), time.Second)
 	}
 	return out
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
@@ -217,7 +218,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 	url := socketURL(ad.url(base, r))
 	conn, resp, err := d.Dial(url, h)
 	if err == nil {
-		if q := parseQuota(s.deps.Clock.Now(), handshakeHeader(resp)); q != nil {
+		if q := backend.ParseQuota(s.deps.Clock.Now(), handshakeHeader(resp)); q != nil {
 			s.runtime().SetQuota(a.ID, *q)
 		}
 		s.endpoints.markUp(endpoint)
@@ -261,7 +262,7 @@ func (s *Server) dialUpstream(r *request, ad Adapter, a *accounts.Account, sec *
 		return nil, nil, refusedForAccount
 	}
 	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)
+		f.limit = backend.LimitOf(s.deps.Clock.Now(), hdr, f.body)
 	}
 	return nil, f, notRefused
 }
@@ -279,7 +280,7 @@ func (s *Server) frameFailure(frame []byte, sec *secrets.Secret, endpoint string
 		upstreamID: string(hdr.Peek("x-request-id")), body: headerrules.Redact(bytes.Clone(frame), sec)}
 	f.verdict = classify(f.status, hdr, f.body)
 	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(s.deps.Clock.Now(), hdr, f.body)
+		f.limit = backend.LimitOf(s.deps.Clock.Now(), hdr, f.body)
 	}
 	return f
 }
