@@ -1,15 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"sync"
 
 	"github.com/tidwall/gjson"
-	"github.com/valyala/fasthttp"
 
-	"github.com/rotorproxy/rotor/accounts"
-	"github.com/rotorproxy/rotor/accounts/secrets"
-	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
@@ -111,83 +106,9 @@ func (c *compactions) keepRedone(blob, account string, item []byte) {
 	c.redo[redoKey{mintKeyOf(blob), account}] = item
 }
 
-// compactionSource is the request r stands for, when r asks for a
-// compaction, whole, as it would go over HTTP; ok is false for any other
-// request, and for one whose conversation rotor does not hold whole.
-func compactionSource(r *request) (src compactSource, ok bool) {
-	switch {
-	case r.encoded:
-		return src, false
-	case r.op == opCompact:
-		return compactSource{opCompact, bytes.Clone(r.body)}, true
-	case r.op != opResponses || !compactionAsked(r):
-		return src, false
-	}
-	body := r.body
-	if r.socket != nil && !r.httpForm {
-		if r.prior == nil && gjson.GetBytes(r.frame, "previous_response_id").Str != "" {
-			return src, false // the socket's upstream had the rest
-		}
-		var sc jsonscan.Scanned
-		jsonscan.Scan(r.frame, &sc)
-		body = rewriteFrame(r.frame, sc.Members, r.wholeInput(), new(fasthttp.RequestHeader))
-	}
-	input := jsonscan.Get(body, "input").Array()
-	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
-		return src, false
-	}
-	return compactSource{opResponses, bytes.Clone(body)}, true
-}
-
-// compactionAsked reports whether r's input ends in a compaction_trigger
-// item: only its tail is looked at, not a history of megabytes.
-func compactionAsked(r *request) bool {
-	in := r.inputArray()
-	return bytes.Contains(in[max(0, len(in)-128):], []byte("compaction_trigger"))
-}
-
 // maxRecompactDepth bounds compactions made again to make one again: the
 // request behind a compaction may itself carry an older one.
 const maxRecompactDepth = 2
-
-// recompact makes the compaction whose blob another account minted again
-// on the account of ad, a and sec, from the request rotor kept behind it,
-// and returns the new compaction item; nil when rotor kept no such
-// request or the account could not make it.
-func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, blob string) []byte {
-	if item, ok := s.compactions.redone(blob, a.ID); ok {
-		return item
-	}
-	src, ok := s.compactions.source(blob)
-	if !ok || r.recompactDepth >= maxRecompactDepth {
-		return nil
-	}
-	cr := &request{id: r.id, op: src.op, header: new(fasthttp.RequestHeader), body: src.body, start: r.start,
-		recompactDepth: r.recompactDepth + 1}
-	r.header.CopyTo(cr.header)
-	if m := gjson.GetBytes(src.body, "client_metadata"); m.IsObject() {
-		metadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
-	}
-	jsonscan.Scan(src.body, &cr.scan)
-	ans, f := s.send(cr, ad, a, sec)
-	log := s.deps.Log.Info().Str("request_id", r.id).Str("account_id", a.ID)
-	if f != nil {
-		log.Int("upstream_status", f.status).Msg("could not make the compaction again on the new account")
-		return nil
-	}
-	item := compactionItem(ans)
-	releaseHeld(ans.pending)
-	fasthttp.ReleaseResponse(ans.resp)
-	if item.Raw == "" {
-		log.Msg("the new account's compaction has no compaction item")
-		return nil
-	}
-	s.mints.learnItem(item, a.ID)
-	s.compactions.keepRedone(blob, a.ID, []byte(item.Raw))
-	r.recompacted = true
-	log.Msg("compaction made again on the new account")
-	return []byte(item.Raw)
-}
 
 // compactionItem reads the compaction item of a compaction's answer: the
 // JSON object's output, or a stream's output_item.done events.
