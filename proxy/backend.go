@@ -8,6 +8,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 )
 
@@ -15,15 +16,58 @@ import (
 // backend): what of a request, an answer and the pool each rule needs,
 // and what it gives back, set where the request path keeps it.
 
+// The server's ledgers of the backend's rules (docs/codex.md): who minted
+// each account-bound blob relayed, and the requests behind the
+// compactions relayed.
+type (
+	mints       = backend.Mints
+	compactions = backend.Compactions
+)
+
+// unbind is body as account may send it (backend.Mints.Unbind): what
+// another account minted taken out, or made again by redo. r.contextCut
+// says whether a compaction had to go, for this attempt's account.
+func (s *Server) unbind(r *request, account string, body []byte, redo func(blob string) []byte) []byte {
+	src := backend.Sent{Body: r.body, Scan: &r.scan, Socket: r.socket != nil, Encoded: r.encoded, All: r.unbindAll}
+	body, r.contextCut = s.mints.Unbind(&src, account, body, redo)
+	return body
+}
+
+// disown marks every blob of r that rotor knows no owner of as unreadable
+// by any account: account has just refused one of them.
+func (s *Server) disown(r *request) {
+	if r.encoded {
+		return
+	}
+	var parts [][]byte
+	if r.prior != nil {
+		parts = r.prior.parts
+	}
+	s.mints.Disown(r.body, parts)
+}
+
+// turnStateHeader carries the backend's sticky routing within a turn
+// (backend.TurnStateHeader).
+const turnStateHeader = backend.TurnStateHeader
+
+// learnTurnState records the turn state an answer of account set.
+func (s *Server) learnTurnState(v []byte, account string) { s.mints.LearnTurnState(v, account) }
+
+// foreignTurnState reports whether the turn state v, sent by the client,
+// was set by an account other than account; such a one is not sent.
+func (s *Server) foreignTurnState(v []byte, account string) bool {
+	return s.mints.ForeignTurnState(v, account)
+}
+
 // compactionSource is the request r stands for, when r asks for a
 // compaction, whole, as it would go over HTTP; ok is false for any other
 // request, and for one whose conversation rotor does not hold whole.
-func compactionSource(r *request) (src compactSource, ok bool) {
+func compactionSource(r *request) (src backend.CompactSource, ok bool) {
 	switch {
 	case r.encoded:
 		return src, false
 	case r.op == opCompact:
-		return compactSource{opCompact, bytes.Clone(r.body)}, true
+		return backend.CompactSource{Compact: true, Body: bytes.Clone(r.body)}, true
 	case r.op != opResponses || !compactionAsked(r):
 		return src, false
 	}
@@ -40,7 +84,7 @@ func compactionSource(r *request) (src compactSource, ok bool) {
 	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
 		return src, false
 	}
-	return compactSource{opResponses, bytes.Clone(body)}, true
+	return backend.CompactSource{Body: bytes.Clone(body)}, true
 }
 
 // compactionAsked reports whether r's input ends in a compaction_trigger
@@ -55,35 +99,40 @@ func compactionAsked(r *request) bool {
 // and returns the new compaction item; nil when rotor kept no such
 // request or the account could not make it.
 func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, blob string) []byte {
-	if item, ok := s.compactions.redone(blob, a.ID); ok {
+	if item, ok := s.compactions.Redone(blob, a.ID); ok {
 		return item
 	}
-	src, ok := s.compactions.source(blob)
-	if !ok || r.recompactDepth >= maxRecompactDepth {
+	src, ok := s.compactions.Source(blob)
+	if !ok || r.recompactDepth >= backend.MaxRecompactDepth {
 		return nil
 	}
-	cr := &request{id: r.id, op: src.op, header: new(fasthttp.RequestHeader), body: src.body, start: r.start,
+	op := opResponses
+	if src.Compact {
+		op = opCompact
+	}
+	cr := &request{id: r.id, op: op, header: new(fasthttp.RequestHeader), body: src.Body, start: r.start,
 		recompactDepth: r.recompactDepth + 1}
 	r.header.CopyTo(cr.header)
-	if m := gjson.GetBytes(src.body, "client_metadata"); m.IsObject() {
+	if m := gjson.GetBytes(src.Body, "client_metadata"); m.IsObject() {
 		metadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
 	}
-	jsonscan.Scan(src.body, &cr.scan)
+	jsonscan.Scan(src.Body, &cr.scan)
 	ans, f := s.send(cr, ad, a, sec)
 	log := s.deps.Log.Info().Str("request_id", r.id).Str("account_id", a.ID)
 	if f != nil {
 		log.Int("upstream_status", f.status).Msg("could not make the compaction again on the new account")
 		return nil
 	}
-	item := compactionItem(ans)
+	body := append(ans.pending[:len(ans.pending):len(ans.pending)], readBodyUpTo(ans.resp, maxJSONUsage)...)
+	item := backend.CompactionItem(body, sseAnswer(ans.resp))
 	releaseHeld(ans.pending)
 	fasthttp.ReleaseResponse(ans.resp)
 	if item.Raw == "" {
 		log.Msg("the new account's compaction has no compaction item")
 		return nil
 	}
-	s.mints.learnItem(item, a.ID)
-	s.compactions.keepRedone(blob, a.ID, []byte(item.Raw))
+	s.mints.LearnItem(item, a.ID)
+	s.compactions.KeepRedone(blob, a.ID, []byte(item.Raw))
 	r.recompacted = true
 	log.Msg("compaction made again on the new account")
 	return []byte(item.Raw)

@@ -12,6 +12,13 @@ import (
 	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
+// scannedRequest is a request for body, read as the forward loop reads it.
+func scannedRequest(body []byte) *request {
+	r := &request{header: new(fasthttp.RequestHeader), body: body}
+	jsonscan.Scan(body, &r.scan)
+	return r
+}
+
 func TestEachAccountIsShownItsOwnInstallationID(t *testing.T) {
 	ids := newIdentities([]byte("home-secret"))
 	a, b := ids.of("acct-a"), ids.of("acct-b")

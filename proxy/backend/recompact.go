@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"sync"
@@ -12,7 +12,7 @@ import (
 // (docs/codex.md): rotor keeps the request of each compaction it relayed
 // (compactions), and when the conversation moves sends that request to the
 // new account and puts the new account's compaction item in place of the
-// old one (Server.recompact). Each is made once per account: the
+// old one (the redo Unbind is given). Each is made once per account: the
 // conversation's later requests carry the same old item, and get the same
 // new one. Codex asks for a compaction two ways: POST /responses/compact,
 // answered with one JSON object, and (remote compaction v2) an ordinary
@@ -27,19 +27,20 @@ const (
 	maxRecompacted       = 256
 )
 
-// compactSource is the request behind a compaction: its op (opCompact,
-// or opResponses for v2) and its body, whole.
-type compactSource struct {
-	op   op
-	body []byte
+// CompactSource is the request behind a compaction: POST
+// /responses/compact (Compact) or a streamed Responses request (v2), and
+// its body, whole.
+type CompactSource struct {
+	Compact bool
+	Body    []byte
 }
 
 // compactions remembers the requests behind the compactions rotor
 // relayed, and the items made again from them. It is safe for concurrent
-// use and, like mints, kept per serve.
-type compactions struct {
+// use; the zero value is empty. Like Mints, it is kept per serve.
+type Compactions struct {
 	mu    sync.Mutex
-	src   map[mintKey]compactSource // a compaction's blob → the request behind it
+	src   map[mintKey]CompactSource // a compaction's blob → the request behind it
 	order []mintKey                 // src's keys, oldest first
 	size  int
 	redo  map[redoKey][]byte // a compaction made again for an account
@@ -50,54 +51,56 @@ type redoKey struct {
 	account string
 }
 
-// keep remembers src as the request behind the compaction blob.
-func (c *compactions) keep(blob string, src compactSource) {
-	if len(src.body) > maxCompactionSources || blob == "" {
+// Keep remembers src as the request behind the compaction blob.
+func (c *Compactions) Keep(blob string, src CompactSource) {
+	if len(src.Body) > maxCompactionSources || blob == "" {
 		return
 	}
 	k := mintKeyOf(blob)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.src == nil {
-		c.src = make(map[mintKey]compactSource)
+		c.src = make(map[mintKey]CompactSource)
 	}
 	if _, ok := c.src[k]; ok {
 		return
 	}
-	for c.size+len(src.body) > maxCompactionSources && len(c.order) > 0 {
-		c.size -= len(c.src[c.order[0]].body)
+	for c.size+len(src.Body) > maxCompactionSources && len(c.order) > 0 {
+		c.size -= len(c.src[c.order[0]].Body)
 		delete(c.src, c.order[0])
 		c.order = c.order[1:]
 	}
-	c.src[k], c.size = src, c.size+len(src.body)
+	c.src[k], c.size = src, c.size+len(src.Body)
 	c.order = append(c.order, k)
 }
 
-// keepItem remembers src behind item, when item is a compaction.
-func (c *compactions) keepItem(item gjson.Result, src compactSource) {
+// KeepItem remembers src behind item, when item is a compaction.
+func (c *Compactions) KeepItem(item gjson.Result, src CompactSource) {
 	if compactionTypes[item.Get("type").Str] {
-		c.keep(item.Get("encrypted_content").Str, src)
+		c.Keep(item.Get("encrypted_content").Str, src)
 	}
 }
 
-// source is the request behind the compaction blob, if rotor keeps it.
-func (c *compactions) source(blob string) (compactSource, bool) {
+// Source is the request behind the compaction blob, if rotor keeps it.
+func (c *Compactions) Source(blob string) (CompactSource, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	src, ok := c.src[mintKeyOf(blob)]
 	return src, ok
 }
 
-// redone is the compaction item made again from blob for account, if it
+// Redone is the compaction item made again from blob for account, if it
 // was.
-func (c *compactions) redone(blob, account string) ([]byte, bool) {
+func (c *Compactions) Redone(blob, account string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	item, ok := c.redo[redoKey{mintKeyOf(blob), account}]
 	return item, ok
 }
 
-func (c *compactions) keepRedone(blob, account string, item []byte) {
+// KeepRedone remembers item as the compaction made again from blob for
+// account.
+func (c *Compactions) KeepRedone(blob, account string, item []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.redo == nil || len(c.redo) >= maxRecompacted {
@@ -106,21 +109,20 @@ func (c *compactions) keepRedone(blob, account string, item []byte) {
 	c.redo[redoKey{mintKeyOf(blob), account}] = item
 }
 
-// maxRecompactDepth bounds compactions made again to make one again: the
+// MaxRecompactDepth bounds compactions made again to make one again: the
 // request behind a compaction may itself carry an older one.
-const maxRecompactDepth = 2
+const MaxRecompactDepth = 2
 
-// compactionItem reads the compaction item of a compaction's answer: the
-// JSON object's output, or a stream's output_item.done events.
-func compactionItem(ans *answer) gjson.Result {
-	body := append(ans.pending[:len(ans.pending):len(ans.pending)], readBodyUpTo(ans.resp, maxJSONUsage)...)
+// CompactionItem reads the compaction item of a compaction's answer body:
+// the JSON object's output, or a stream's (sent) output_item.done events.
+func CompactionItem(body []byte, stream bool) gjson.Result {
 	var item gjson.Result
 	find := func(it gjson.Result) {
 		if item.Raw == "" && compactionTypes[it.Get("type").Str] && it.Get("encrypted_content").Str != "" {
 			item = it
 		}
 	}
-	if !sseAnswer(ans.resp) {
+	if !stream {
 		gjson.GetBytes(body, "output").ForEach(func(_, it gjson.Result) bool { find(it); return true })
 		return item
 	}
