@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bytes"
-
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -67,8 +65,8 @@ func compactionSource(r *request) (src backend.CompactSource, ok bool) {
 	case r.encoded:
 		return src, false
 	case r.op == opCompact:
-		return backend.CompactSource{Compact: true, Body: bytes.Clone(r.body)}, true
-	case r.op != opResponses || !compactionAsked(r):
+		return backend.SourceOf(true, r.body)
+	case r.op != opResponses || !backend.CompactionAsked(r.inputArray()):
 		return src, false
 	}
 	body := r.body
@@ -80,60 +78,41 @@ func compactionSource(r *request) (src backend.CompactSource, ok bool) {
 		jsonscan.Scan(r.frame, &sc)
 		body = rewriteFrame(r.frame, sc.Members, r.wholeInput(), new(fasthttp.RequestHeader))
 	}
-	input := jsonscan.Get(body, "input").Array()
-	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
-		return src, false
-	}
-	return backend.CompactSource{Body: bytes.Clone(body)}, true
-}
-
-// compactionAsked reports whether r's input ends in a compaction_trigger
-// item: only its tail is looked at, not a history of megabytes.
-func compactionAsked(r *request) bool {
-	in := r.inputArray()
-	return bytes.Contains(in[max(0, len(in)-128):], []byte("compaction_trigger"))
+	return backend.SourceOf(false, body)
 }
 
 // recompact makes the compaction whose blob another account minted again
-// on the account of ad, a and sec, from the request rotor kept behind it,
-// and returns the new compaction item; nil when rotor kept no such
-// request or the account could not make it.
+// on the account of ad, a and sec (backend.Compactions.Redo): the request
+// rotor kept behind it sent as r's remake, one level deeper.
 func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *secrets.Secret, blob string) []byte {
-	if item, ok := s.compactions.Redone(blob, a.ID); ok {
+	return s.compactions.Redo(&s.mints, a.ID, blob, r.recompactDepth, func(src backend.CompactSource) gjson.Result {
+		op := opResponses
+		if src.Compact {
+			op = opCompact
+		}
+		cr := &request{id: r.id, op: op, header: new(fasthttp.RequestHeader), body: src.Body, start: r.start,
+			recompactDepth: r.recompactDepth + 1}
+		r.header.CopyTo(cr.header)
+		if m := gjson.GetBytes(src.Body, "client_metadata"); m.IsObject() {
+			metadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
+		}
+		jsonscan.Scan(src.Body, &cr.scan)
+		ans, f := s.send(cr, ad, a, sec)
+		log := s.deps.Log.Info().Str("request_id", r.id).Str("account_id", a.ID)
+		if f != nil {
+			log.Int("upstream_status", f.status).Msg("could not make the compaction again on the new account")
+			return gjson.Result{}
+		}
+		body := append(ans.pending[:len(ans.pending):len(ans.pending)], readBodyUpTo(ans.resp, maxJSONUsage)...)
+		item := backend.CompactionItem(body, sseAnswer(ans.resp))
+		releaseHeld(ans.pending)
+		fasthttp.ReleaseResponse(ans.resp)
+		if item.Raw == "" {
+			log.Msg("the new account's compaction has no compaction item")
+			return item
+		}
+		r.recompacted = true
+		log.Msg("compaction made again on the new account")
 		return item
-	}
-	src, ok := s.compactions.Source(blob)
-	if !ok || r.recompactDepth >= backend.MaxRecompactDepth {
-		return nil
-	}
-	op := opResponses
-	if src.Compact {
-		op = opCompact
-	}
-	cr := &request{id: r.id, op: op, header: new(fasthttp.RequestHeader), body: src.Body, start: r.start,
-		recompactDepth: r.recompactDepth + 1}
-	r.header.CopyTo(cr.header)
-	if m := gjson.GetBytes(src.Body, "client_metadata"); m.IsObject() {
-		metadataHeaders([]byte(m.Raw), cr.header) // a socket's Lite marker, as a header
-	}
-	jsonscan.Scan(src.Body, &cr.scan)
-	ans, f := s.send(cr, ad, a, sec)
-	log := s.deps.Log.Info().Str("request_id", r.id).Str("account_id", a.ID)
-	if f != nil {
-		log.Int("upstream_status", f.status).Msg("could not make the compaction again on the new account")
-		return nil
-	}
-	body := append(ans.pending[:len(ans.pending):len(ans.pending)], readBodyUpTo(ans.resp, maxJSONUsage)...)
-	item := backend.CompactionItem(body, sseAnswer(ans.resp))
-	releaseHeld(ans.pending)
-	fasthttp.ReleaseResponse(ans.resp)
-	if item.Raw == "" {
-		log.Msg("the new account's compaction has no compaction item")
-		return nil
-	}
-	s.mints.LearnItem(item, a.ID)
-	s.compactions.KeepRedone(blob, a.ID, []byte(item.Raw))
-	r.recompacted = true
-	log.Msg("compaction made again on the new account")
-	return []byte(item.Raw)
+	})
 }

@@ -1,10 +1,12 @@
 package backend
 
 import (
+	"bytes"
 	"sync"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/sse"
 )
 
@@ -35,7 +37,7 @@ type CompactSource struct {
 	Body    []byte
 }
 
-// compactions remembers the requests behind the compactions rotor
+// Compactions remembers the requests behind the compactions rotor
 // relayed, and the items made again from them. It is safe for concurrent
 // use; the zero value is empty. Like Mints, it is kept per serve.
 type Compactions struct {
@@ -51,8 +53,8 @@ type redoKey struct {
 	account string
 }
 
-// Keep remembers src as the request behind the compaction blob.
-func (c *Compactions) Keep(blob string, src CompactSource) {
+// keep remembers src as the request behind the compaction blob.
+func (c *Compactions) keep(blob string, src CompactSource) {
 	if len(src.Body) > maxCompactionSources || blob == "" {
 		return
 	}
@@ -77,30 +79,28 @@ func (c *Compactions) Keep(blob string, src CompactSource) {
 // KeepItem remembers src behind item, when item is a compaction.
 func (c *Compactions) KeepItem(item gjson.Result, src CompactSource) {
 	if compactionTypes[item.Get("type").Str] {
-		c.Keep(item.Get("encrypted_content").Str, src)
+		c.keep(item.Get("encrypted_content").Str, src)
 	}
 }
 
-// Source is the request behind the compaction blob, if rotor keeps it.
-func (c *Compactions) Source(blob string) (CompactSource, bool) {
+// source is the request behind the compaction blob, if rotor keeps it.
+func (c *Compactions) source(blob string) (CompactSource, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	src, ok := c.src[mintKeyOf(blob)]
 	return src, ok
 }
 
-// Redone is the compaction item made again from blob for account, if it
+// redone is the compaction item made again from blob for account, if it
 // was.
-func (c *Compactions) Redone(blob, account string) ([]byte, bool) {
+func (c *Compactions) redone(blob, account string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	item, ok := c.redo[redoKey{mintKeyOf(blob), account}]
 	return item, ok
 }
 
-// KeepRedone remembers item as the compaction made again from blob for
-// account.
-func (c *Compactions) KeepRedone(blob, account string, item []byte) {
+func (c *Compactions) keepRedone(blob, account string, item []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.redo == nil || len(c.redo) >= maxRecompacted {
@@ -109,9 +109,54 @@ func (c *Compactions) KeepRedone(blob, account string, item []byte) {
 	c.redo[redoKey{mintKeyOf(blob), account}] = item
 }
 
-// MaxRecompactDepth bounds compactions made again to make one again: the
+// CompactionAsked reports whether the input array in ends in a
+// compaction_trigger item: only its tail is looked at, not a history of
+// megabytes.
+func CompactionAsked(in []byte) bool {
+	return bytes.Contains(in[max(0, len(in)-128):], []byte("compaction_trigger"))
+}
+
+// SourceOf is the request behind the compaction a request asks for, body
+// whole as it would go over HTTP: POST /responses/compact (compact), or a
+// Responses request whose input ends in a compaction_trigger item; ok is
+// false for any other request.
+func SourceOf(compact bool, body []byte) (src CompactSource, ok bool) {
+	if compact {
+		return CompactSource{true, bytes.Clone(body)}, true
+	}
+	input := jsonscan.Get(body, "input").Array()
+	if len(input) == 0 || input[len(input)-1].Get("type").Str != "compaction_trigger" {
+		return src, false
+	}
+	return CompactSource{false, bytes.Clone(body)}, true
+}
+
+// maxRecompactDepth bounds compactions made again to make one again: the
 // request behind a compaction may itself carry an older one.
-const MaxRecompactDepth = 2
+const maxRecompactDepth = 2
+
+// Redo makes the compaction whose blob another account minted again on
+// account, from the request rotor kept behind it, and returns the new
+// compaction item; nil when rotor kept no such request or the account
+// could not make it. send sends that request as account and reads its
+// answer's compaction item (CompactionItem); depth is how deep in such
+// remakes the request asking is. Each is made once per account.
+func (c *Compactions) Redo(m *Mints, account, blob string, depth int, send func(src CompactSource) gjson.Result) []byte {
+	if item, ok := c.redone(blob, account); ok {
+		return item
+	}
+	src, ok := c.source(blob)
+	if !ok || depth >= maxRecompactDepth {
+		return nil
+	}
+	item := send(src)
+	if item.Raw == "" {
+		return nil
+	}
+	m.LearnItem(item, account)
+	c.keepRedone(blob, account, []byte(item.Raw))
+	return []byte(item.Raw)
+}
 
 // CompactionItem reads the compaction item of a compaction's answer body:
 // the JSON object's output, or a stream's (sent) output_item.done events.
