@@ -15,11 +15,12 @@ import (
 // and what it gives back, set where the request path keeps it.
 
 // The server's ledgers of the backend's rules (docs/codex.md): who minted
-// each account-bound blob relayed, and the requests behind the
-// compactions relayed.
+// each account-bound blob relayed, the requests behind the compactions
+// relayed, and the installation id each account is shown.
 type (
 	mints       = backend.Mints
 	compactions = backend.Compactions
+	identities  = backend.Identities
 )
 
 // unbind is body as account may send it (backend.Mints.Unbind): what
@@ -115,4 +116,31 @@ func (s *Server) recompact(r *request, ad Adapter, a *accounts.Account, sec *sec
 		log.Msg("compaction made again on the new account")
 		return item
 	})
+}
+
+// installation is the installation id the client sent with r, read once
+// (backend.Installation).
+func (r *request) installation() string {
+	if !r.installationRead {
+		r.installationRead = true
+		var meta []byte
+		v := r.header.Peek(backend.InstallationHeader)
+		if len(v) == 0 {
+			meta = r.member("client_metadata")
+		}
+		r.installationID = backend.Installation(v, meta)
+	}
+	return r.installationID
+}
+
+// ownIdentity is body with the client's installation id replaced by the
+// one account is shown.
+func (s *Server) ownIdentity(r *request, account string, body []byte) []byte {
+	return s.identities.Own(r.installation(), account, body)
+}
+
+// ownIdentityHeaders rewrites the installation id in the headers that
+// carry it, as set by set.
+func (s *Server) ownIdentityHeaders(r *request, account string, get func(string) []byte, set func(k, v string)) {
+	s.identities.OwnHeaders(r.installation(), account, get, set)
 }

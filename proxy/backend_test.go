@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -17,34 +16,6 @@ func scannedRequest(body []byte) *request {
 	r := &request{header: new(fasthttp.RequestHeader), body: body}
 	jsonscan.Scan(body, &r.scan)
 	return r
-}
-
-func TestEachAccountIsShownItsOwnInstallationID(t *testing.T) {
-	ids := newIdentities([]byte("home-secret"))
-	a, b := ids.of("acct-a"), ids.of("acct-b")
-	if a == b || a != newIdentities([]byte("home-secret")).of("acct-a") || a == newIdentities([]byte("other")).of("acct-a") {
-		t.Fatalf("ids: a %s, b %s", a, b)
-	}
-	if len(a) != 36 || a[14] != '4' || strings.Count(a, "-") != 4 {
-		t.Errorf("not UUID-shaped: %s", a)
-	}
-	const client = "0b8e1c55-7a3e-4f6b-9d0c-1e2f3a4b5c6d"
-	s := &Server{identities: ids}
-	h := new(fasthttp.RequestHeader)
-	h.Set(installationHeader, client)
-	body := []byte(`{"client_metadata":{"x-codex-installation-id":"` + client + `"},"input":[]}`)
-	r := &request{header: h, body: body}
-	out := s.ownIdentity(r, "acct-a", body)
-	if bytes.Contains(out, []byte(client)) || gjson.GetBytes(out, "client_metadata.x-codex-installation-id").Str != a {
-		t.Errorf("body to acct-a: %s", out)
-	}
-	up := new(fasthttp.RequestHeader)
-	up.Set(installationHeader, client)
-	up.Set("x-codex-turn-metadata", `{"installation_id":"`+client+`","turn_id":"t1"}`)
-	s.ownIdentityHeaders(r, "acct-b", up.Peek, up.Set)
-	if string(up.Peek(installationHeader)) != b || !strings.Contains(string(up.Peek("x-codex-turn-metadata")), b) {
-		t.Errorf("headers to acct-b: %s", up.Header())
-	}
 }
 
 func TestFrameMetadataBecomesHeadersOverHTTP(t *testing.T) {

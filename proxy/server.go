@@ -26,6 +26,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/rotation"
 	"github.com/rotorproxy/rotor/rotation/usage"
 )
@@ -221,7 +222,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		endpoints: newEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
-	s.identities = newIdentities(deps.IdentityKey)
+	s.identities = backend.NewIdentities(deps.IdentityKey)
 	s.metrics = newMetrics(deps.Selector, &s.sockets)
 	s.costs = newCostMetrics(deps.Prices, deps.Selector, &s.metrics.reg)
 	s.setKey(cfg.ClientKey)
