@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
+	"github.com/rotorproxy/rotor/rotation"
 )
 
 // The request path's side of the ChatGPT backend's rules (package
@@ -143,4 +145,71 @@ func (s *Server) ownIdentity(r *request, account string, body []byte) []byte {
 // carry it, as set by set.
 func (s *Server) ownIdentityHeaders(r *request, account string, get func(string) []byte, set func(k, v string)) {
 	s.identities.OwnHeaders(r.installation(), account, get, set)
+}
+
+// answerUsageLimits answers Codex's usage-limits request from the pool.
+// It never asks an upstream: /status must answer even when every account
+// waits, and the quota every answer carried is already in the runtime state.
+func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
+	u, _ := backend.LimitsOf(s.deps.Selector, s.deps.Clock.Now())
+	b, err := json.Marshal(u)
+	if err != nil { // plain structs of strings and numbers: cannot happen
+		panic(err)
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// showPoolLimits rewrites what the answer ans of the account of ch tells
+// of the limits, when it tells any, to the pool's: its x-codex-* window
+// headers, and the codex.rate_limits events it holds back. When the pool
+// shows that very account (the one the next request would get), the
+// answer goes as it came, and the pool's view is not made. learned says
+// the held-back events' own quota is already recorded for the account,
+// so the relay need not read it again.
+func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
+	h := &ans.resp.Header
+	told := backend.TellsMeter(h)
+	events := backend.HoldsRateLimits(ans.pending)
+	if !told && !events {
+		return false
+	}
+	now := s.deps.Clock.Now()
+	if events {
+		// The account's own quota first: the pool's view is made with it.
+		backend.LearnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
+	}
+	// The serving account's own limits are the pool's when the next
+	// request would go to it too, and no other account adds credits or
+	// families of its own to what the pool shows.
+	alone := !s.othersMetered(ch.Account.ID)
+	if next, _ := s.deps.Selector.Next(); next == ch.Index && alone {
+		return events // the serving account is the pool's view: nothing to rewrite
+	}
+	u, shown := backend.LimitsOf(s.deps.Selector, now)
+	if shown == ch.Index && alone {
+		return events
+	}
+	if told {
+		backend.DelMeterHeaders(h)
+		backend.SetQuotaHeaders(h, now, u.Quota(now))
+	}
+	if events {
+		held := ans.pending
+		ans.pending = u.Rewrite(held)
+		releaseHeld(held)
+	}
+	return events
+}
+
+// othersMetered reports whether a live account other than id has told
+// credits or limit families of its own, which the pool's view sums or
+// shows.
+func (s *Server) othersMetered(id string) bool {
+	for _, a := range s.deps.Selector.Pool().Accounts {
+		if a.ID != id && a.Enabled && s.runtime().Metered(a.ID) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -8,85 +8,34 @@ import (
 
 	"github.com/tidwall/sjson"
 
-	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
 // What an answer tells Codex of its limits (docs/codex.md): the x-codex-*
 // headers of an HTTP answer and the codex.rate_limits events ahead of its
-// output describe the pool as /status does (usageLimitsOf), not the
+// output describe the pool as /status does (LimitsOf), not the
 // account that served it: Codex stops sending when the limits it was last
 // shown are spent, and must not while another account can serve.
 
-// showPoolLimits rewrites what the answer ans of the account of ch tells
-// of the limits, when it tells any, to the pool's: its x-codex-* window
-// headers, and the codex.rate_limits events it holds back. When the pool
-// shows that very account (the one the next request would get), the
-// answer goes as it came, and the pool's view is not made. learned says
-// the held-back events' own quota is already recorded for the account,
-// so the relay need not read it again.
-func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
-	h := &ans.resp.Header
-	told := backend.TellsMeter(h)
-	events := bytes.Contains(ans.pending, []byte(`"codex.rate_limits"`))
-	if !told && !events {
-		return false
-	}
-	now := s.deps.Clock.Now()
-	if events {
-		// The account's own quota first: the pool's view is made with it.
-		learnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
-	}
-	// The serving account's own limits are the pool's when the next
-	// request would go to it too, and no other account adds credits or
-	// families of its own to what the pool shows.
-	alone := !s.othersMetered(ch.Account.ID)
-	if next, _ := s.deps.Selector.Next(); next == ch.Index && alone {
-		return events // the serving account is the pool's view: nothing to rewrite
-	}
-	u, shown := usageLimitsOf(s.deps.Selector, now)
-	if shown == ch.Index && alone {
-		return events
-	}
-	if told {
-		backend.DelMeterHeaders(h)
-		backend.SetQuotaHeaders(h, now, quotaOf(u, now))
-	}
-	if events {
-		held := ans.pending
-		ans.pending = rewriteRateLimits(held, u)
-		releaseHeld(held)
-	}
-	return events
-}
+// HoldsRateLimits reports whether the SSE bytes b may hold a
+// codex.rate_limits event; false is certain.
+func HoldsRateLimits(b []byte) bool { return bytes.Contains(b, []byte(`"codex.rate_limits"`)) }
 
-// othersMetered reports whether a live account other than id has told
-// credits or limit families of its own, which the pool's view sums or
-// shows.
-func (s *Server) othersMetered(id string) bool {
-	for _, a := range s.deps.Selector.Pool().Accounts {
-		if a.ID != id && a.Enabled && s.runtime().Metered(a.ID) {
-			return true
-		}
-	}
-	return false
-}
-
-// learnRateLimits hands set the quota of every codex.rate_limits event in
+// LearnRateLimits hands set the quota of every codex.rate_limits event in
 // the SSE bytes b.
-func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
+func LearnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && jsonscan.Get(data, "type").Str == "codex.rate_limits" {
-			if q := backend.QuotaFromEvent(now, data); q != nil {
+			if q := QuotaFromEvent(now, data); q != nil {
 				set(q)
 			}
 		}
 	}
 }
 
-// quotaOf is u as a quota, as setQuotaHeaders writes one.
-func quotaOf(u usageLimits, now time.Time) *rotation.Quota {
+// Quota is u as a quota, as SetQuotaHeaders writes one.
+func (u *Limits) Quota(now time.Time) *rotation.Quota {
 	q := &rotation.Quota{ObservedAt: now}
 	if u.PlanType != planUnknown {
 		q.PlanType = u.PlanType
@@ -132,10 +81,10 @@ type eventWindow struct {
 	ResetAt           int64   `json:"reset_at"`
 }
 
-// rewriteRateLimits is the held-back SSE bytes b with every
-// codex.rate_limits event's rate_limits (and plan_type) those of u; the
-// rest of each event, and every other event, as it came.
-func rewriteRateLimits(b []byte, u usageLimits) []byte {
+// Rewrite is the held-back SSE bytes b with every codex.rate_limits
+// event's rate_limits (and plan_type) those of u; the rest of each
+// event, and every other event, as it came.
+func (u *Limits) Rewrite(b []byte) []byte {
 	eventOf := func(rl *limitStatus) []byte {
 		ev := eventLimits{}
 		if rl != nil {
