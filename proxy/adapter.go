@@ -47,6 +47,10 @@ type Adapter interface {
 	// refuses is the skip reason of an account of this kind for r, ""
 	// when it can serve it.
 	refuses(r *request) string
+	// signsIn reports whether an account of this kind signs in to the
+	// ChatGPT backend: its usage can be read there, and its access token
+	// is a credential Codex signed in may send (package backend).
+	signsIn() bool
 }
 
 // HeaderSetter is the part of a request header an adapter writes; both

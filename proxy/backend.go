@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+	"time"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
@@ -212,4 +214,75 @@ func (s *Server) othersMetered(id string) bool {
 		}
 	}
 	return false
+}
+
+// ReadUsage runs the usage reader (backend.Reader) until ctx ends: a pass
+// at once, then one every few seconds, each under the home's lock file
+// lock (no pass while another serve holds it). sync exchanges state.json
+// with the other serves, before a pass and after it.
+func (s *Server) ReadUsage(ctx context.Context, lock string, sync func()) {
+	s.usageReader(lock).Run(ctx, sync)
+}
+
+// usageReader is a usage reader of the pool that takes turns on lock.
+func (s *Server) usageReader(lock string) *backend.Reader {
+	d := backend.ReaderDeps{Lock: lock, Selector: s.deps.Selector, Clock: s.deps.Clock, Log: s.deps.Log,
+		SignsIn: func(a *accounts.Account) bool { return s.adapters.For(a.Kind).signsIn() },
+		Get: func(ctx context.Context, a *accounts.Account) ([]byte, int, error) {
+			return s.fetchUsage(ctx, a, false)
+		}}
+	if s.deps.Refresher != nil {
+		d.Renew = s.renewIdle
+	}
+	return backend.NewReader(d)
+}
+
+// fetchUsage asks a's backend for its usage (backend.ReaderDeps.Get).
+// refreshed says a 401 was already answered with a refresh.
+func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed bool) ([]byte, int, error) {
+	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
+	if err != nil {
+		return nil, 0, err
+	}
+	ad := s.adapters.For(a.Kind)
+	base := ad.base(a.BaseURL)
+	way := s.endpoints.way(base, a.ProxyURL)
+	rt, err := s.exits.of(&way, &sec)
+	if err != nil {
+		return nil, 0, err
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(upstreamURL(base, "/wham/usage", nil))
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Set("Authorization", "Bearer "+sec.AccessToken)
+	if a.ChatGPTAccountID != "" {
+		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
+	}
+	req.Header.Set("originator", "codex_cli_rs")
+	if err := rt.client.DoTimeout(req, resp, backend.UsageReadWait); err != nil {
+		return nil, 0, err
+	}
+	status := resp.StatusCode()
+	if status == fasthttp.StatusUnauthorized && !refreshed && s.deps.Refresher != nil {
+		if _, ok := s.renew(ctx, a, sec, s.deps.Log.Warn().Str("account_id", a.ID)); ok {
+			return s.fetchUsage(ctx, a, true)
+		}
+	}
+	return readBodyUpTo(resp, errBodyMax), status, nil
+}
+
+// renewIdle refreshes a's tokens, last refreshed at tokensAt, when it
+// holds a refresh token, so an idle login does not lapse. The refresh is
+// the one requests use: single-flight across processes, written back to a
+// linked Codex auth.json.
+func (s *Server) renewIdle(ctx context.Context, a *accounts.Account, tokensAt time.Time) bool {
+	sec, err := s.secrets.get(a.ID, tokensAt)
+	if err != nil || sec.RefreshToken == "" {
+		return false
+	}
+	_, ok := s.renew(ctx, a, sec, s.deps.Log.Warn().Str("account_id", a.ID))
+	return ok
 }

@@ -28,7 +28,7 @@ func ParseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
 	credits := parseCredits(h)
 	var fams []rotation.Family
 	for k := range h.All() {
-		if id, ok := familyHeader(k); ok && len(fams) < MaxHeaderFamilies {
+		if id, ok := familyHeader(k); ok && len(fams) < maxHeaderFamilies {
 			if f := parseFamily(now, h, id); f != nil {
 				fams = append(fams, *f)
 			}
@@ -40,8 +40,8 @@ func ParseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
 	return &rotation.Quota{Primary: p, Secondary: sec, PlanType: plan, ObservedAt: now, Credits: credits, Families: fams}
 }
 
-// MaxHeaderFamilies bounds the families read from one answer.
-const MaxHeaderFamilies = 16
+// maxHeaderFamilies bounds the families read from one answer.
+const maxHeaderFamilies = 16
 
 // familyHeader reports whether the header k is a limit family's
 // x-<id>-primary-used-percent other than the main one's, and its prefix
@@ -81,7 +81,7 @@ func parseWindow(now time.Time, h *fasthttp.ResponseHeader, names *windowHeaders
 	if v, err := strconv.ParseInt(string(h.Peek(names.resetAt)), 10, 64); err == nil && v > 0 {
 		w.ResetsAt = time.Unix(v, 0)
 	} else if v, err := strconv.ParseFloat(string(h.Peek(names.resetAfter)), 64); err == nil {
-		w.ResetsAt = AfterUnits(now, v, time.Second)
+		w.ResetsAt = afterUnits(now, v, time.Second)
 	}
 	return w
 }
@@ -143,12 +143,12 @@ func LimitOf(now time.Time, h *fasthttp.ResponseHeader, body []byte) rotation.Li
 func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time {
 	if v := h.Peek("retry-after-ms"); len(v) > 0 {
 		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms > 0 {
-			return AfterUnits(now, ms, time.Millisecond)
+			return afterUnits(now, ms, time.Millisecond)
 		}
 	}
 	if v := h.Peek("Retry-After"); len(v) > 0 {
 		if sec, err := strconv.ParseFloat(string(v), 64); err == nil && sec > 0 {
-			return AfterUnits(now, sec, time.Second)
+			return afterUnits(now, sec, time.Second)
 		}
 		if t, err := fasthttp.ParseHTTPDate(v); err == nil && t.After(now) {
 			return t
@@ -159,10 +159,10 @@ func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time
 			return time.Unix(v.Int(), 0)
 		}
 		if v := gjson.GetBytes(body, prefix+"resets_in_seconds"); v.Exists() && v.Float() > 0 {
-			return AfterUnits(now, v.Float(), time.Second)
+			return afterUnits(now, v.Float(), time.Second)
 		}
 		if v := gjson.GetBytes(body, prefix+"retry_after_ms"); v.Exists() && v.Float() > 0 {
-			return AfterUnits(now, v.Float(), time.Millisecond)
+			return afterUnits(now, v.Float(), time.Millisecond)
 		}
 	}
 	if q := ParseQuota(now, h); q != nil {
@@ -208,7 +208,7 @@ func EventQuota(e sse.Event, clk clock.Clock) *rotation.Quota {
 // (or limit_name) names; its credits the account's.
 func QuotaFromEvent(now time.Time, data []byte) *rotation.Quota {
 	rl := gjson.GetBytes(data, "rate_limits")
-	credits := EventCredits(gjson.GetBytes(data, "credits"))
+	credits := eventCredits(gjson.GetBytes(data, "credits"))
 	if !rl.Exists() && credits == nil {
 		return nil
 	}
@@ -232,14 +232,14 @@ func eventWindowOf(now time.Time, w gjson.Result) *rotation.Window {
 	if at := w.Get("reset_at").Int(); at > 0 {
 		win.ResetsAt = time.Unix(at, 0)
 	} else if after := w.Get("reset_after_seconds").Float(); after > 0 {
-		win.ResetsAt = AfterUnits(now, after, time.Second)
+		win.ResetsAt = afterUnits(now, after, time.Second)
 	}
 	return win
 }
 
-// EventCredits reads a credits object (an event's, a usage read's); nil
+// eventCredits reads a credits object (an event's, a usage read's); nil
 // when c is not one.
-func EventCredits(c gjson.Result) *rotation.Credits {
+func eventCredits(c gjson.Result) *rotation.Credits {
 	if !c.IsObject() || !c.Get("has_credits").Exists() {
 		return nil
 	}
@@ -336,10 +336,10 @@ func DelMeterHeaders(h *fasthttp.ResponseHeader) {
 	h.Del(creditsHeaders.balance)
 }
 
-// AfterUnits is now plus v units, as an upstream states a wait or a time
+// afterUnits is now plus v units, as an upstream states a wait or a time
 // to a reset: as far as a Duration goes when it cannot hold them (the
 // runtime then caps it), unknown (zero) for NaN.
-func AfterUnits(now time.Time, v float64, unit time.Duration) time.Time {
+func afterUnits(now time.Time, v float64, unit time.Duration) time.Time {
 	if math.IsNaN(v) {
 		return time.Time{}
 	}
