@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -14,8 +12,6 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
-	rerr "github.com/rotorproxy/rotor/errors"
-	"github.com/rotorproxy/rotor/proxy/headerrules"
 )
 
 // Codex signed in as itself (docs/codex.md). Codex keeps its ChatGPT sign-in
@@ -166,140 +162,6 @@ func bearerOf(h *fasthttp.RequestHeader) []byte {
 
 // backendPrefix is where Codex's chatgpt_base_url points at rotor.
 const backendPrefix = "/backend-api/"
-
-// passThrough sends a call under /backend-api/ that carries the access
-// token of account id to that account's ChatGPT base, unchanged (method,
-// the request target as the client sent it, body), as that account and
-// through its outbound proxy, and relays the answer. A target
-// backendTarget refuses gets 400 and goes nowhere. Only its path and
-// status are logged.
-func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
-	w := httpResponder{ctx}
-	pool := s.deps.Selector.Pool()
-	a := pool.At(pool.IndexOf(id))
-	if a == nil {
-		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyUnauthorized, Message: guardMessages[rerr.ProxyUnauthorized]}, nil)
-		return
-	}
-	rest, ok := backendTarget(ctx.Request.Header.RequestURI())
-	if !ok {
-		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
-			Message: "rotor does not pass this target through: under " + backendPrefix + " a path must name no . or .. segment, in any encoding"}, nil)
-		closeAfterAnswer(ctx) // its body is not read
-		return
-	}
-	body, release, spec := s.readBody(ctx)
-	defer release()
-	if spec != nil {
-		s.refuse(w, r, *spec, nil)
-		closeAfterAnswer(ctx) // as on every route: what is left of it is not read
-		return
-	}
-	ad := s.adapters.For(a.Kind)
-	base := ad.base(a.BaseURL)
-	way := s.endpoints.way(base, a.ProxyURL)
-	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
-	var rt *exit
-	if err == nil {
-		rt, err = s.exits.of(&way, &sec)
-	}
-	if err != nil {
-		s.passFailed(w, r, way.endpoint, err)
-		return
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	// The upstream client sends the path as given (DisablePathNormalizing),
-	// so the backend reads the target the client wrote.
-	req.SetRequestURI(strings.TrimRight(base, "/") + "/" + rest)
-	req.Header.SetMethodBytes(ctx.Method())
-	headerrules.CopyRequest(&req.Header, &ctx.Request.Header)
-	if o := ctx.Request.Header.Peek("originator"); len(o) > 0 {
-		req.Header.SetBytesV("originator", o) // Codex's own name, not rotor's
-	}
-	req.Header.Set("Authorization", "Bearer "+sec.AccessToken)
-	if a.ChatGPTAccountID != "" {
-		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
-	}
-	req.SetBodyRaw(body)
-	resp := fasthttp.AcquireResponse()
-	if err := rt.client.Do(req, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		s.passFailed(w, r, way.endpoint, err)
-		return
-	}
-	ctx.SetStatusCode(resp.StatusCode())
-	headerrules.RelayResponse(&ctx.Response.Header, &resp.Header)
-	headerrules.RedactHeaders(&ctx.Response.Header, &sec)
-	// Redacting may change the body's length: it goes chunked, whose end
-	// the client sees, so an answer cut upstream is cut for it too.
-	ctx.Response.Header.Del("Content-Length")
-	pb := &passBody{resp: resp, s: s, id: r.id, path: backendPrefix + rawPath(rest), account: pool.IndexOf(id)}
-	src := resp.BodyStream()
-	pb.Reset(src, sec)
-	if pb.streamed = src != nil; !pb.streamed {
-		ctx.SetBody(headerrules.Redact(resp.Body(), &sec)) // no body, or a HEAD's
-		pb.CloseWithError(nil)
-		return
-	}
-	ctx.SetBodyStream(pb, -1)
-}
-
-// passBody is a passed-through answer's body, read by fasthttp's server
-// after the handler returned: the upstream's bytes, redacted, as they
-// arrive, so an answer of any size streams in bounded memory. fasthttp
-// closes it once the answer is written or the client has gone; it then
-// lets go of the upstream answer and logs the call.
-type passBody struct {
-	headerrules.RedactingReader
-	streamed bool // the upstream's answer has a body stream
-	resp     *fasthttp.Response
-	s        *Server
-	id       string // the request's: the request itself is released by then
-	path     string
-	account  int
-}
-
-// Read runs outside the handler's recover: a bug met here is logged and
-// cuts the answer (errPanicked), rather than end the process.
-func (b *passBody) Read(p []byte) (n int, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			b.s.panicLog(b.id, v).Msg("pass-through panic")
-			b.Fail(errPanicked)
-			n, err = 0, errPanicked
-		}
-	}()
-	return b.RedactingReader.Read(p)
-}
-
-// CloseWithError releases the upstream answer, closing its connection
-// unless it was read to its end, and logs the call's path and status.
-func (b *passBody) CloseWithError(error) error {
-	complete := !b.streamed || errors.Is(b.Err(), io.EOF)
-	switch {
-	case complete:
-		b.resp.CloseBodyStream()
-	case b.Err() != nil: // the upstream's failure, or errPanicked
-		closeStream(b.resp, b.Err())
-	default:
-		closeStream(b.resp, errClientGone)
-	}
-	status := b.resp.StatusCode()
-	fasthttp.ReleaseResponse(b.resp)
-	b.resp = nil
-	b.s.deps.Log.Info().Str("request_id", b.id).Str("path", b.path).Int("account", b.account).
-		Int("status", status).Bool("complete", complete).Msg("backend call passed through")
-	return nil
-}
-
-// passFailed answers a backend call whose account's endpoint could not
-// be reached, as a model request that finds no endpoint would be.
-func (s *Server) passFailed(w responder, r *request, endpoint string, err error) {
-	s.refuse(w, r, rerr.Spec{Code: rerr.PoolExhausted, Status: 503,
-		Message: "cannot reach " + endpoint + " for this account's backend call: " + err.Error(),
-		Extra:   []rerr.Field{{Key: "reason", Value: "network-error"}}}, nil)
-}
 
 // backendTarget is a backend call's request target as the client sent it
 // (raw: no byte decoded or cleaned), after /backend-api/: what goes after
