@@ -1,11 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -26,11 +25,13 @@ import (
 
 // The server's ledgers of the backend's rules (docs/codex.md): who minted
 // each account-bound blob relayed, the requests behind the compactions
-// relayed, and the installation id each account is shown.
+// relayed, the installation id each account is shown, and the pool's
+// access tokens Codex signed in may send.
 type (
 	mints       = backend.Mints
 	compactions = backend.Compactions
 	identities  = backend.Identities
+	poolTokens  = backend.Tokens
 )
 
 // unbind is body as account may send it (backend.Mints.Unbind): what
@@ -160,66 +161,22 @@ func (s *Server) ownIdentityHeaders(r *request, account string, get func(string)
 // waits, and the quota every answer carried is already in the runtime state.
 func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
 	u, _ := backend.LimitsOf(s.deps.Selector, s.deps.Clock.Now())
-	b, err := json.Marshal(u)
-	if err != nil { // plain structs of strings and numbers: cannot happen
-		panic(err)
-	}
 	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
+	ctx.SetBody(u.Body())
 }
 
 // showPoolLimits rewrites what the answer ans of the account of ch tells
-// of the limits, when it tells any, to the pool's: its x-codex-* window
-// headers, and the codex.rate_limits events it holds back. When the pool
-// shows that very account (the one the next request would get), the
-// answer goes as it came, and the pool's view is not made. learned says
-// the held-back events' own quota is already recorded for the account,
-// so the relay need not read it again.
+// of the limits to the pool's (backend.ShowPool). learned says the
+// held-back events' own quota is already recorded for the account, so the
+// relay need not read it again.
 func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
-	h := &ans.resp.Header
-	told := backend.TellsMeter(h)
-	events := backend.HoldsRateLimits(ans.pending)
-	if !told && !events {
-		return false
-	}
-	now := s.deps.Clock.Now()
-	if events {
-		// The account's own quota first: the pool's view is made with it.
-		backend.LearnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
-	}
-	// The serving account's own limits are the pool's when the next
-	// request would go to it too, and no other account adds credits or
-	// families of its own to what the pool shows.
-	alone := !s.othersMetered(ch.Account.ID)
-	if next, _ := s.deps.Selector.Next(); next == ch.Index && alone {
-		return events // the serving account is the pool's view: nothing to rewrite
-	}
-	u, shown := backend.LimitsOf(s.deps.Selector, now)
-	if shown == ch.Index && alone {
-		return events
-	}
-	if told {
-		backend.DelMeterHeaders(h)
-		backend.SetQuotaHeaders(h, now, u.Quota(now))
-	}
-	if events {
-		held := ans.pending
-		ans.pending = u.Rewrite(held)
+	held := ans.pending
+	pending, rewritten, learned := backend.ShowPool(s.deps.Selector, s.deps.Clock, ch, &ans.resp.Header, held)
+	if rewritten {
+		ans.pending = pending
 		releaseHeld(held)
 	}
-	return events
-}
-
-// othersMetered reports whether a live account other than id has told
-// credits or limit families of its own, which the pool's view sums or
-// shows.
-func (s *Server) othersMetered(id string) bool {
-	for _, a := range s.deps.Selector.Pool().Accounts {
-		if a.ID != id && a.Enabled && s.runtime().Metered(a.ID) {
-			return true
-		}
-	}
-	return false
+	return learned
 }
 
 // ReadUsage runs the usage reader (backend.Reader) until ctx ends: a pass
@@ -261,13 +218,7 @@ func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed 
 	defer fasthttp.ReleaseRequest(req)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(upstreamURL(base, "/wham/usage", nil))
-	req.Header.SetMethod(fasthttp.MethodGet)
-	req.Header.Set("Authorization", "Bearer "+sec.AccessToken)
-	if a.ChatGPTAccountID != "" {
-		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
-	}
-	req.Header.Set("originator", "codex_cli_rs")
+	backend.UsageRequest(req, base, sec.AccessToken, a.ChatGPTAccountID)
 	if err := rt.client.DoTimeout(req, resp, backend.UsageReadWait); err != nil {
 		return nil, 0, err
 	}
@@ -293,6 +244,54 @@ func (s *Server) renewIdle(ctx context.Context, a *accounts.Account, tokensAt ti
 	return ok
 }
 
+// Adopter takes over the tokens Codex wrote to an account's linked
+// auth.json when they are newer than the store's (oauth.Refresher.Adopt),
+// without refreshing anything itself.
+type Adopter interface {
+	Adopt(a accounts.Account) (secrets.Secret, bool)
+}
+
+// signers is the pool as backend.Tokens reads it: one pointer, so handing
+// it over boxes nothing.
+type signers struct{ s *Server }
+
+func (p signers) Now() time.Time                   { return p.s.deps.Clock.Now() }
+func (p signers) Pool() *accounts.Pool             { return p.s.deps.Selector.Pool() }
+func (p signers) SignsIn(a *accounts.Account) bool { return p.s.adapters.For(a.Kind).signsIn() }
+
+func (p signers) Secret(a *accounts.Account) (secrets.Secret, error) {
+	return p.s.secrets.get(a.ID, p.s.runtime().TokensAt(a.ID))
+}
+
+func (p signers) Adopt(a *accounts.Account) bool {
+	if p.s.deps.Adopter == nil {
+		return false
+	}
+	sec, ok := p.s.deps.Adopter.Adopt(*a)
+	if ok {
+		p.s.secrets.put(a.ID, sec)
+		p.s.runtime().TokensChanged(a.ID)
+	}
+	return ok
+}
+
+// tokenAccount is the id of the ChatGPT account in the pool whose access
+// token bearer is (backend.Tokens), "" when there is none.
+func (s *Server) tokenAccount(bearer []byte) string { return s.tokens.Account(bearer, signers{s}) }
+
+// bearerOf is the token of an Authorization: Bearer header, nil if none.
+func bearerOf(h *fasthttp.RequestHeader) []byte {
+	auth := h.Peek("Authorization")
+	const prefix = "Bearer "
+	if len(auth) > len(prefix) && bytes.EqualFold(auth[:len(prefix)], []byte(prefix)) {
+		return auth[len(prefix):]
+	}
+	return nil
+}
+
+// backendPrefix is where Codex's chatgpt_base_url points at rotor.
+const backendPrefix = backend.Prefix
+
 // passThrough sends a call under /backend-api/ that carries the access
 // token of account id to that account's ChatGPT base, unchanged (method,
 // the request target as the client sent it, body), as that account and
@@ -307,7 +306,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyUnauthorized, Message: guardMessages[rerr.ProxyUnauthorized]}, nil)
 		return
 	}
-	rest, ok := backendTarget(ctx.Request.Header.RequestURI())
+	rest, ok := backend.Target(ctx.Request.Header.RequestURI())
 	if !ok {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
 			Message: "rotor does not pass this target through: under " + backendPrefix + " a path must name no . or .. segment, in any encoding"}, nil)
@@ -335,18 +334,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	// The upstream client sends the path as given (DisablePathNormalizing),
-	// so the backend reads the target the client wrote.
-	req.SetRequestURI(strings.TrimRight(base, "/") + "/" + rest)
-	req.Header.SetMethodBytes(ctx.Method())
-	headerrules.CopyRequest(&req.Header, &ctx.Request.Header)
-	if o := ctx.Request.Header.Peek("originator"); len(o) > 0 {
-		req.Header.SetBytesV("originator", o) // Codex's own name, not rotor's
-	}
-	req.Header.Set("Authorization", "Bearer "+sec.AccessToken)
-	if a.ChatGPTAccountID != "" {
-		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
-	}
+	backend.PassRequest(req, &ctx.Request, base, rest, sec.AccessToken, a.ChatGPTAccountID)
 	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
 	if err := rt.client.Do(req, resp); err != nil {
@@ -360,7 +348,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	// Redacting may change the body's length: it goes chunked, whose end
 	// the client sees, so an answer cut upstream is cut for it too.
 	ctx.Response.Header.Del("Content-Length")
-	pb := &passBody{resp: resp, s: s, id: r.id, path: backendPrefix + rawPath(rest), account: pool.IndexOf(id)}
+	pb := &passBody{resp: resp, s: s, id: r.id, path: backendPrefix + backend.RawPath(rest), account: pool.IndexOf(id)}
 	src := resp.BodyStream()
 	pb.Reset(src, sec)
 	if pb.streamed = src != nil; !pb.streamed {

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -17,6 +19,60 @@ import (
 // output describe the pool as /status does (LimitsOf), not the
 // account that served it: Codex stops sending when the limits it was last
 // shown are spent, and must not while another account can serve.
+
+// ShowPool rewrites what an answer of the account of ch tells of the
+// limits, when it tells any, to the pool's, as sel shows them: its
+// x-codex-* window headers h, and the codex.rate_limits events in held,
+// the SSE bytes it holds back. When the pool shows that very account
+// (the one the next request would get), the answer goes as it came, and
+// the pool's view is not made. It returns the held bytes to send when
+// they were rewritten, and learned: the held-back events' own quota is
+// recorded for the account.
+func ShowPool(sel *rotation.Selector, clk clock.Clock, ch *rotation.Choice, h *fasthttp.ResponseHeader, held []byte) (out []byte, rewritten, learned bool) {
+	told := TellsMeter(h)
+	events := HoldsRateLimits(held)
+	if !told && !events {
+		return nil, false, false
+	}
+	now := clk.Now()
+	rt := sel.Runtime()
+	if events {
+		// The account's own quota first: the pool's view is made with it.
+		LearnRateLimits(held, func(q *rotation.Quota) { rt.SetQuota(ch.Account.ID, *q) }, now)
+	}
+	// The serving account's own limits are the pool's when the next
+	// request would go to it too, and no other account adds credits or
+	// families of its own to what the pool shows.
+	alone := !othersMetered(sel, ch.Account.ID)
+	if next, _ := sel.Next(); next == ch.Index && alone {
+		return nil, false, events // the serving account is the pool's view: nothing to rewrite
+	}
+	u, shown := LimitsOf(sel, now)
+	if shown == ch.Index && alone {
+		return nil, false, events
+	}
+	if told {
+		DelMeterHeaders(h)
+		SetQuotaHeaders(h, now, u.Quota(now))
+	}
+	if events {
+		return u.Rewrite(held), true, events
+	}
+	return nil, false, events
+}
+
+// othersMetered reports whether a live account of sel's pool other than
+// id has told credits or limit families of its own, which the pool's
+// view sums or shows.
+func othersMetered(sel *rotation.Selector, id string) bool {
+	rt := sel.Runtime()
+	for _, a := range sel.Pool().Accounts {
+		if a.ID != id && a.Enabled && rt.Metered(a.ID) {
+			return true
+		}
+	}
+	return false
+}
 
 // HoldsRateLimits reports whether the SSE bytes b may hold a
 // codex.rate_limits event; false is certain.

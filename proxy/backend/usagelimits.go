@@ -2,6 +2,7 @@ package backend
 
 import (
 	"cmp"
+	"encoding/json"
 	"math"
 	"strconv"
 	"time"
@@ -202,6 +203,15 @@ type limitReachedType struct {
 // planUnknown is the plan Codex reads as unknown, for an account whose plan
 // rotor never learned (an API key, or no answer seen yet).
 const planUnknown = "unknown"
+
+// Body is u as the backend's JSON body.
+func (u *Limits) Body() []byte {
+	b, err := json.Marshal(u)
+	if err != nil { // plain structs of strings and numbers: cannot happen
+		panic(err)
+	}
+	return b
+}
 
 // LimitsOf is the pool's usage limits at now, as sel sees them: the plan and windows of
 // the account Selector.Next would pick; when none can serve, those of the

@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -221,6 +222,16 @@ func (ur *Reader) read(ctx context.Context, a *accounts.Account, now time.Time) 
 		rt.LiftFamilyLimits(a.ID, lifted...)
 		ur.deps.Log.Info().Str("account_id", a.ID).Strs("limits", lifted).Msg("the account's model limits were lifted early")
 	}
+}
+
+// UsageRequest makes req the usage read of the account whose access
+// token and ChatGPT account id are given, on its ChatGPT base: GET
+// {base}/wham/usage, as Codex sends it.
+func UsageRequest(req *fasthttp.Request, base, token, chatgptAccountID string) {
+	req.SetRequestURI(strings.TrimRight(base, "/") + "/wham/usage")
+	req.Header.SetMethod(fasthttp.MethodGet)
+	authorize(&req.Header, token, chatgptAccountID)
+	req.Header.Set("originator", "codex_cli_rs")
 }
 
 // usageQuota reads the backend's usage payload as a quota at now, all of

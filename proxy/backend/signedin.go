@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/headerrules"
 )
 
 // Codex signed in as itself (docs/codex.md). Codex keeps its ChatGPT sign-in
@@ -22,28 +23,38 @@ import (
 // tokenGrace after rotor saw it replaced, the previous one. Model requests
 // still go through selection and failover like any other; the other calls
 // under /backend-api/ (plugins, settings, tasks) go to the account whose
-// token it is, unchanged (passThrough).
+// token it is, unchanged (the request path's pass-through, under Target).
 
-// tokenGrace is how long an access token is still taken after rotor saw
+// TokenGrace is how long an access token is still taken after rotor saw
 // its account's token replaced: Codex may send the old one until it reads
 // the new one from its auth.json.
-const tokenGrace = 2 * time.Minute
+const TokenGrace = 2 * time.Minute
 
 // adoptEvery bounds how often an unknown bearer makes rotor read the
 // linked Codex auth.json files for a token Codex refreshed itself.
 const adoptEvery = time.Second
 
-// Adopter takes over the tokens Codex wrote to an account's linked
-// auth.json when they are newer than the store's (oauth.Refresher.Adopt),
-// without refreshing anything itself.
-type Adopter interface {
-	Adopt(a accounts.Account) (secrets.Secret, bool)
+// Signers is the pool as Tokens reads it; the request path, which holds
+// the accounts' secrets, answers it.
+type Signers interface {
+	// Now is the time on the serve's clock.
+	Now() time.Time
+	// Pool is the pool as it stands.
+	Pool() *accounts.Pool
+	// SignsIn reports whether a signs in to the ChatGPT backend: only
+	// such an account's access token is a credential.
+	SignsIn(a *accounts.Account) bool
+	// Secret is a's secret as it stands.
+	Secret(a *accounts.Account) (secrets.Secret, error)
+	// Adopt takes over the tokens Codex wrote to a's linked auth.json
+	// when they are newer than the store's; it reports whether it did.
+	Adopt(a *accounts.Account) bool
 }
 
-// poolTokens are the digests of the pool's access tokens rotor has seen,
+// Tokens are the digests of the pool's access tokens rotor has seen,
 // by account: the current one, and the one before it while its grace
-// lasts.
-type poolTokens struct {
+// lasts. It is safe for concurrent use; the zero value is empty.
+type Tokens struct {
 	mu        sync.Mutex
 	byAccount map[string]*tokenDigests
 	adoptedAt time.Time // the last look at the linked auth.json files
@@ -58,7 +69,7 @@ type tokenDigests struct {
 
 // see records the account's current token, starting the grace of the one
 // it replaces.
-func (t *poolTokens) see(id, token string, now time.Time) *tokenDigests {
+func (t *Tokens) see(id, token string, now time.Time) *tokenDigests {
 	if t.byAccount == nil {
 		t.byAccount = make(map[string]*tokenDigests)
 	}
@@ -72,48 +83,48 @@ func (t *poolTokens) see(id, token string, now time.Time) *tokenDigests {
 	}
 	if !d.hasCurrent || d.token != token {
 		if d.hasCurrent {
-			d.prev, d.prevUntil = d.cur, now.Add(tokenGrace)
+			d.prev, d.prevUntil = d.cur, now.Add(TokenGrace)
 		}
 		d.token, d.cur, d.hasCurrent = token, sha256.Sum256([]byte(token)), true
 	}
 	return d
 }
 
-// tokenAccount is the id of the ChatGPT account in the pool whose access
+// Account is the id of the account of p that signs in whose access
 // token bearer is, "" when there is none. Digests are compared in
 // constant time, as the client key is.
-func (s *Server) tokenAccount(bearer []byte) string {
+func (t *Tokens) Account(bearer []byte, p Signers) string {
 	if len(bearer) == 0 {
 		return ""
 	}
-	if id := s.matchToken(bearer); id != "" {
+	if id := t.match(bearer, p); id != "" {
 		return id
 	}
-	if s.adoptLinked() {
-		return s.matchToken(bearer)
+	if t.adoptLinked(p) {
+		return t.match(bearer, p)
 	}
 	return ""
 }
 
-func (s *Server) matchToken(bearer []byte) string {
+func (t *Tokens) match(bearer []byte, p Signers) string {
 	want := sha256.Sum256(bearer)
-	now := s.deps.Clock.Now()
-	pool := s.deps.Selector.Pool()
+	now := p.Now()
+	pool := p.Pool()
 	found := ""
 	for i := range pool.Accounts {
 		a := &pool.Accounts[i]
-		if a.Kind != accounts.KindChatGPT {
+		if !p.SignsIn(a) {
 			continue
 		}
-		sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
+		sec, err := p.Secret(a)
 		if err != nil || sec.AccessToken == "" {
 			continue
 		}
-		s.tokens.mu.Lock()
-		d := s.tokens.see(a.ID, sec.AccessToken, now)
+		t.mu.Lock()
+		d := t.see(a.ID, sec.AccessToken, now)
 		match := subtle.ConstantTimeCompare(want[:], d.cur[:]) == 1 ||
 			now.Before(d.prevUntil) && subtle.ConstantTimeCompare(want[:], d.prev[:]) == 1
-		s.tokens.mu.Unlock()
+		t.mu.Unlock()
 		if match && found == "" {
 			found = a.ID
 		}
@@ -124,46 +135,54 @@ func (s *Server) matchToken(bearer []byte) string {
 // adoptLinked reads the Codex auth.json of every linked account, at most
 // once per adoptEvery, and takes over tokens Codex refreshed itself. It
 // reports whether any account's tokens changed.
-func (s *Server) adoptLinked() bool {
-	if s.deps.Adopter == nil {
+func (t *Tokens) adoptLinked(p Signers) bool {
+	now := p.Now()
+	t.mu.Lock()
+	if now.Sub(t.adoptedAt) < adoptEvery {
+		t.mu.Unlock()
 		return false
 	}
-	now := s.deps.Clock.Now()
-	s.tokens.mu.Lock()
-	if now.Sub(s.tokens.adoptedAt) < adoptEvery {
-		s.tokens.mu.Unlock()
-		return false
-	}
-	s.tokens.adoptedAt = now
-	s.tokens.mu.Unlock()
+	t.adoptedAt = now
+	t.mu.Unlock()
 	changed := false
-	for _, a := range s.deps.Selector.Pool().Accounts {
-		if a.Kind != accounts.KindChatGPT || a.CodexAuthFile == "" {
-			continue
-		}
-		if sec, ok := s.deps.Adopter.Adopt(a); ok {
-			s.secrets.put(a.ID, sec)
-			s.runtime().TokensChanged(a.ID)
+	pool := p.Pool()
+	for i := range pool.Accounts {
+		if a := &pool.Accounts[i]; p.SignsIn(a) && a.CodexAuthFile != "" && p.Adopt(a) {
 			changed = true
 		}
 	}
 	return changed
 }
 
-// bearerOf is the token of an Authorization: Bearer header, nil if none.
-func bearerOf(h *fasthttp.RequestHeader) []byte {
-	auth := h.Peek("Authorization")
-	const prefix = "Bearer "
-	if len(auth) > len(prefix) && bytes.EqualFold(auth[:len(prefix)], []byte(prefix)) {
-		return auth[len(prefix):]
+// PassRequest makes req the backend call in, passed through to the
+// ChatGPT base as the account whose access token and ChatGPT account id
+// are given: the method, the target after base (rest, from Target), the
+// headers rotor forwards and the body as in sent them.
+func PassRequest(req *fasthttp.Request, in *fasthttp.Request, base, rest, token, chatgptAccountID string) {
+	// The upstream client sends the path as given (DisablePathNormalizing),
+	// so the backend reads the target the client wrote.
+	req.SetRequestURI(strings.TrimRight(base, "/") + "/" + rest)
+	req.Header.SetMethodBytes(in.Header.Method())
+	headerrules.CopyRequest(&req.Header, &in.Header)
+	if o := in.Header.Peek("originator"); len(o) > 0 {
+		req.Header.SetBytesV("originator", o) // Codex's own name, not rotor's
 	}
-	return nil
+	authorize(&req.Header, token, chatgptAccountID)
 }
 
-// backendPrefix is where Codex's chatgpt_base_url points at rotor.
-const backendPrefix = "/backend-api/"
+// authorize makes h a call of the account whose access token and ChatGPT
+// account id are given.
+func authorize(h *fasthttp.RequestHeader, token, chatgptAccountID string) {
+	h.Set("Authorization", "Bearer "+token)
+	if chatgptAccountID != "" {
+		h.Set("chatgpt-account-id", chatgptAccountID)
+	}
+}
 
-// backendTarget is a backend call's request target as the client sent it
+// Prefix is where Codex's chatgpt_base_url points at rotor.
+const Prefix = "/backend-api/"
+
+// Target is a backend call's request target as the client sent it
 // (raw: no byte decoded or cleaned), after /backend-api/: what goes after
 // the account's base. rotor decodes nothing on the way, so the backend
 // reads the target as it would have come direct; the one difference is
@@ -177,12 +196,12 @@ const backendPrefix = "/backend-api/"
 // and the backend's base would be left for its neighbours (its OpenAI
 // API, its sign-in) with the account's token. A backslash counts as a
 // separator, and a segment ends at a ';', as some servers read them.
-func backendTarget(raw []byte) (rest string, ok bool) {
-	after, ok := bytes.CutPrefix(raw, []byte(backendPrefix))
+func Target(raw []byte) (rest string, ok bool) {
+	after, ok := bytes.CutPrefix(raw, []byte(Prefix))
 	if !ok || bytes.IndexByte(raw, '#') >= 0 {
 		return "", false
 	}
-	path := rawPath(string(raw))
+	path := RawPath(string(raw))
 	for {
 		dec := percentDecode(path)
 		if dec == path {
@@ -199,8 +218,8 @@ func backendTarget(raw []byte) (rest string, ok bool) {
 	return string(after), true
 }
 
-// rawPath is target without its query.
-func rawPath(target string) string {
+// RawPath is target without its query.
+func RawPath(target string) string {
 	p, _, _ := strings.Cut(target, "?")
 	return p
 }
