@@ -38,8 +38,15 @@ type (
 // another account minted taken out, or made again by redo. r.contextCut
 // says whether a compaction had to go, for this attempt's account.
 func (s *Server) unbind(r *request, account string, body []byte, redo func(blob string) []byte) []byte {
+	if r.encoded || r.socket == nil && len(r.scan.Blobs) == 0 {
+		// Unbind's first answer, without making its view of r: a body
+		// over HTTP where the scan noted no blob (an API-key pool's, a
+		// generic client's) costs one inlined check per attempt.
+		r.contextCut = false
+		return body
+	}
 	src := backend.Sent{Body: r.body, Scan: &r.scan, Socket: r.socket != nil, Encoded: r.encoded, All: r.unbindAll}
-	body, r.contextCut = s.mints.Unbind(&src, account, body, redo)
+	body, r.contextCut = s.mints.Unbind(src, account, body, redo)
 	return body
 }
 

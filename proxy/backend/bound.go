@@ -130,7 +130,7 @@ const (
 )
 
 // Sent is what Unbind knows of the request a body comes from, as the
-// client sent it.
+// client sent it. It is passed by value: a few words, no allocation.
 type Sent struct {
 	// Body is the request's body as read, and Scan what jsonscan.Scan
 	// noted of it: only the blobs it noted are looked at over HTTP.
@@ -157,8 +157,8 @@ type Sent struct {
 // the changed items, are kept as sent. body is returned as it is (the
 // same slice) when nothing in it is foreign. cut says whether
 // a compaction had to go, for this account.
-func (m *Mints) Unbind(src *Sent, account string, body []byte, redo func(blob string) []byte) (out []byte, cut bool) {
-	if src.Encoded || !m.mayBeForeign(src, account, body) {
+func (m *Mints) Unbind(src Sent, account string, body []byte, redo func(blob string) []byte) (out []byte, cut bool) {
+	if src.Encoded || !m.mayBeForeign(&src, account, body) {
 		return body, false
 	}
 	input := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "input")
@@ -170,7 +170,7 @@ func (m *Mints) Unbind(src *Sent, account string, body []byte, redo func(blob st
 			return false
 		}
 		blob := item.Get("encrypted_content")
-		return blob.Type == gjson.String && m.foreign(src, account, blob.Str)
+		return blob.Type == gjson.String && m.foreign(&src, account, blob.Str)
 	}
 	foreign := false
 	input.ForEach(func(_, item gjson.Result) bool {
@@ -231,7 +231,7 @@ func (m *Mints) mayBeForeign(src *Sent, account string, body []byte) bool {
 	switch {
 	case src.Socket:
 		return bytes.Contains(body, encryptedKey)
-	case src.Scan == nil || len(src.Scan.Blobs) == 0:
+	case len(src.Scan.Blobs) == 0:
 		return false
 	case src.All:
 		return true

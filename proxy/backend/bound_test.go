@@ -43,7 +43,7 @@ func TestUnbindTakesOutWhatAnotherAccountMinted(t *testing.T) {
 
 	// To B: A's reasoning keeps its summary only; A's compaction becomes a
 	// note and the context is cut; B's own blob goes as it was sent.
-	out, contextCut := s.Unbind(r, "B", r.Body, nil)
+	out, contextCut := s.Unbind(*r, "B", r.Body, nil)
 	items := gjson.GetBytes(out, "input").Array()
 	if len(items) != 5 {
 		t.Fatalf("input to B has %d items: %s", len(items), out)
@@ -67,7 +67,7 @@ func TestUnbindTakesOutWhatAnotherAccountMinted(t *testing.T) {
 	}
 
 	// To A: B's reasoning has no summary left: dropped; A's own go as sent.
-	out, contextCut = s.Unbind(r, "A", r.Body, nil)
+	out, contextCut = s.Unbind(*r, "A", r.Body, nil)
 	items = gjson.GetBytes(out, "input").Array()
 	if len(items) != 4 || !strings.Contains(string(out), `"encrypted_content":"gAAAA-a-1="`) ||
 		!strings.Contains(string(out), `{"type":"compaction","id":"cmp_a","encrypted_content":"gAAAA-a-cmp="}`) ||
@@ -80,12 +80,12 @@ func TestUnbindLeavesABodyWithNothingForeignAsItIs(t *testing.T) {
 	s := boundMints()
 	body := []byte(strings.ReplaceAll(strings.ReplaceAll(boundBody, "gAAAA-b-1=", "gAAAA-unknown="), "gAAAA-a-cmp=", "gAAAA-a-1="))
 	r := scannedRequest(body)
-	if out, _ := s.Unbind(r, "A", body, nil); &out[0] != &body[0] || len(out) != len(body) {
+	if out, _ := s.Unbind(*r, "A", body, nil); &out[0] != &body[0] || len(out) != len(body) {
 		t.Errorf("a body with nothing foreign was copied or changed: %s", out)
 	}
 	// Once refused, every blob goes, the unknown and A's own alike.
 	r.All = true
-	if out, _ := s.Unbind(r, "A", body, nil); bytes.Contains(out, []byte(`"encrypted_content":`)) {
+	if out, _ := s.Unbind(*r, "A", body, nil); bytes.Contains(out, []byte(`"encrypted_content":`)) {
 		t.Errorf("unbindAll left a blob: %s", out)
 	}
 }
@@ -100,7 +100,7 @@ func TestDisownedBlobsAreTakenOutForEveryAccount(t *testing.T) {
 	}
 	next := scannedRequest(body)
 	for _, acct := range []string{"A", "B"} {
-		if out, _ := s.Unbind(next, acct, body, nil); bytes.Contains(out, []byte("gAAAA-unknown=")) {
+		if out, _ := s.Unbind(*next, acct, body, nil); bytes.Contains(out, []byte("gAAAA-unknown=")) {
 			t.Errorf("a refused blob still goes to %s: %s", acct, out)
 		}
 	}
