@@ -303,7 +303,7 @@ const backendPrefix = backend.Prefix
 // token of account id to that account's ChatGPT base, unchanged (method,
 // the request target as the client sent it, body), as that account and
 // through its outbound proxy, and relays the answer. A target
-// backendTarget refuses gets 400 and goes nowhere. Only its path and
+// backend.Target refuses gets 400 and goes nowhere. Only its path and
 // status are logged.
 func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	w := httpResponder{ctx}

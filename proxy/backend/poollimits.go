@@ -29,8 +29,8 @@ import (
 // they were rewritten, and learned: the held-back events' own quota is
 // recorded for the account.
 func ShowPool(sel *rotation.Selector, clk clock.Clock, ch *rotation.Choice, h *fasthttp.ResponseHeader, held []byte) (out []byte, rewritten, learned bool) {
-	told := TellsMeter(h)
-	events := HoldsRateLimits(held)
+	told := tellsMeter(h)
+	events := holdsRateLimits(held)
 	if !told && !events {
 		return nil, false, false
 	}
@@ -38,7 +38,7 @@ func ShowPool(sel *rotation.Selector, clk clock.Clock, ch *rotation.Choice, h *f
 	rt := sel.Runtime()
 	if events {
 		// The account's own quota first: the pool's view is made with it.
-		LearnRateLimits(held, func(q *rotation.Quota) { rt.SetQuota(ch.Account.ID, *q) }, now)
+		learnRateLimits(held, func(q *rotation.Quota) { rt.SetQuota(ch.Account.ID, *q) }, now)
 	}
 	// The serving account's own limits are the pool's when the next
 	// request would go to it too, and no other account adds credits or
@@ -52,11 +52,11 @@ func ShowPool(sel *rotation.Selector, clk clock.Clock, ch *rotation.Choice, h *f
 		return nil, false, events
 	}
 	if told {
-		DelMeterHeaders(h)
-		SetQuotaHeaders(h, now, u.Quota(now))
+		delMeterHeaders(h)
+		SetQuotaHeaders(h, now, u.quota(now))
 	}
 	if events {
-		return u.Rewrite(held), true, events
+		return u.rewrite(held), true, events
 	}
 	return nil, false, events
 }
@@ -74,24 +74,24 @@ func othersMetered(sel *rotation.Selector, id string) bool {
 	return false
 }
 
-// HoldsRateLimits reports whether the SSE bytes b may hold a
+// holdsRateLimits reports whether the SSE bytes b may hold a
 // codex.rate_limits event; false is certain.
-func HoldsRateLimits(b []byte) bool { return bytes.Contains(b, []byte(`"codex.rate_limits"`)) }
+func holdsRateLimits(b []byte) bool { return bytes.Contains(b, []byte(`"codex.rate_limits"`)) }
 
-// LearnRateLimits hands set the quota of every codex.rate_limits event in
+// learnRateLimits hands set the quota of every codex.rate_limits event in
 // the SSE bytes b.
-func LearnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
+func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && jsonscan.Get(data, "type").Str == "codex.rate_limits" {
-			if q := QuotaFromEvent(now, data); q != nil {
+			if q := quotaFromEvent(now, data); q != nil {
 				set(q)
 			}
 		}
 	}
 }
 
-// Quota is u as a quota, as SetQuotaHeaders writes one.
-func (u *Limits) Quota(now time.Time) *rotation.Quota {
+// quota is u as a quota, as SetQuotaHeaders writes one.
+func (u *Limits) quota(now time.Time) *rotation.Quota {
 	q := &rotation.Quota{ObservedAt: now}
 	if u.PlanType != planUnknown {
 		q.PlanType = u.PlanType
@@ -137,10 +137,10 @@ type eventWindow struct {
 	ResetAt           int64   `json:"reset_at"`
 }
 
-// Rewrite is the held-back SSE bytes b with every codex.rate_limits
+// rewrite is the held-back SSE bytes b with every codex.rate_limits
 // event's rate_limits (and plan_type) those of u; the rest of each
 // event, and every other event, as it came.
-func (u *Limits) Rewrite(b []byte) []byte {
+func (u *Limits) rewrite(b []byte) []byte {
 	eventOf := func(rl *limitStatus) []byte {
 		ev := eventLimits{}
 		if rl != nil {

@@ -200,13 +200,13 @@ func EventQuota(e sse.Event, clk clock.Clock) *rotation.Quota {
 	if e.Type != "codex.rate_limits" {
 		return nil
 	}
-	return QuotaFromEvent(clk.Now(), e.Data)
+	return quotaFromEvent(clk.Now(), e.Data)
 }
 
-// QuotaFromEvent reads a codex.rate_limits SSE event's data: its windows
+// quotaFromEvent reads a codex.rate_limits SSE event's data: its windows
 // are the main family's, or those of the family its metered_limit_name
 // (or limit_name) names; its credits the account's.
-func QuotaFromEvent(now time.Time, data []byte) *rotation.Quota {
+func quotaFromEvent(now time.Time, data []byte) *rotation.Quota {
 	rl := gjson.GetBytes(data, "rate_limits")
 	credits := eventCredits(gjson.GetBytes(data, "credits"))
 	if !rl.Exists() && credits == nil {
@@ -301,17 +301,17 @@ func setWindowHeaders(h HeaderSetter, now time.Time, w *rotation.Window, names *
 	}
 }
 
-// TellsMeter reports whether h tells of the account's meter: its main
+// tellsMeter reports whether h tells of the account's meter: its main
 // windows or its credits.
-func TellsMeter(h *fasthttp.ResponseHeader) bool {
+func tellsMeter(h *fasthttp.ResponseHeader) bool {
 	return len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0 ||
 		len(h.Peek(creditsHeaders.has)) > 0
 }
 
-// DelMeterHeaders deletes what h tells of the account's meter: its main
+// delMeterHeaders deletes what h tells of the account's meter: its main
 // windows, every other family's headers and its credits; the plan and
 // the active limit stay.
-func DelMeterHeaders(h *fasthttp.ResponseHeader) {
+func delMeterHeaders(h *fasthttp.ResponseHeader) {
 	for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
 		for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
 			h.Del(k)
