@@ -61,6 +61,10 @@ type Adapter interface {
 	// dollars (docs/cost.md): metrics.MeterCost for what it cost,
 	// metrics.MeterValue for what it would have cost at API prices.
 	meter() string
+	// signsIn reports whether an account of this kind signs in to the
+	// ChatGPT backend: its usage can be read there, and its access token
+	// is a credential Codex signed in may send (package backend).
+	signsIn() bool
 }
 
 // HeaderSetter is the part of a request header an adapter writes; both

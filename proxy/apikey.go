@@ -54,3 +54,6 @@ func (apiKeyAdapter) refuses(r *request) string {
 
 // skipNotCatalog is the skip reason of an API key for Codex's catalog.
 const skipNotCatalog = "not-a-codex-catalog"
+
+// signsIn: an API key signs in to nothing.
+func (apiKeyAdapter) signsIn() bool { return false }

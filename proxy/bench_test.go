@@ -306,12 +306,12 @@ func BenchmarkUnbind(b *testing.B) {
 			s := &Server{}
 			if c.own {
 				gjson.GetBytes(c.body, "input").ForEach(func(_, it gjson.Result) bool {
-					s.mints.learnItem(it, "acct-a")
+					s.mints.LearnItem(it, "acct-a")
 					return true
 				})
 			}
 			if c.others {
-				s.mints.learn("gAAAAAB-another-account's", "acct-b")
+				s.mints.Learn("gAAAAAB-another-account's", "acct-b")
 			}
 			r := shapeRequest(b, opResponses, c.body)
 			b.SetBytes(int64(len(c.body)))

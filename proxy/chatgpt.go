@@ -72,6 +72,9 @@ func (chatgptAdapter) refuses(r *request) string {
 // Completions request only an API-key account can serve.
 const skipUnsupported = "unsupported-parameter"
 
+// signsIn: a ChatGPT account is signed in to the backend.
+func (chatgptAdapter) signsIn() bool { return true }
+
 // body adapts r for the Codex backend once per request, whichever ChatGPT
 // account it goes to: Responses bodies for generic clients (chatgptBody),
 // Chat Completions translated to Responses.

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
@@ -629,7 +630,7 @@ func compatRecordedHeaders(t *testing.T, name string, drop ...string) (*fasthttp
 func TestParseQuotaRecordedHeaders(t *testing.T) {
 	t.Parallel()
 	h, now := compatRecordedHeaders(t, "codex_quota.txt")
-	q := parseQuota(now, h)
+	q := backend.ParseQuota(now, h)
 	if q == nil || q.Primary == nil || q.Secondary == nil {
 		t.Fatalf("quota %+v", q)
 	}
@@ -645,14 +646,14 @@ func TestParseQuotaRecordedHeaders(t *testing.T) {
 
 	t.Run("reset-after-seconds alone", func(t *testing.T) {
 		h, now := compatRecordedHeaders(t, "codex_quota.txt", "x-codex-primary-reset-at", "x-codex-secondary-reset-at")
-		q := parseQuota(now, h)
+		q := backend.ParseQuota(now, h)
 		if !q.Primary.ResetsAt.Equal(now.Add(8164*time.Second)) || !q.Secondary.ResetsAt.Equal(now.Add(411420*time.Second)) {
 			t.Errorf("primary resets %s secondary %s", q.Primary.ResetsAt, q.Secondary.ResetsAt)
 		}
 	})
 	t.Run("secondary only", func(t *testing.T) {
 		h, now := compatRecordedHeaders(t, "codex_quota.txt", "x-codex-primary-used-percent")
-		q := parseQuota(now, h)
+		q := backend.ParseQuota(now, h)
 		if q == nil || q.Primary != nil || q.Secondary == nil || q.Secondary.UsedPercent != 31 {
 			t.Errorf("quota %+v", q)
 		}
@@ -661,7 +662,7 @@ func TestParseQuotaRecordedHeaders(t *testing.T) {
 		var h fasthttp.ResponseHeader
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("x-codex-primary-used-percent", "not a number")
-		if q := parseQuota(time.Now(), &h); q != nil {
+		if q := backend.ParseQuota(time.Now(), &h); q != nil {
 			t.Errorf("quota %+v from no usable header", q)
 		}
 	})

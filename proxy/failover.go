@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -350,49 +349,6 @@ func containsAny(s string, subs ...string) bool {
 		}
 	}
 	return false
-}
-
-// resetTime reads when a usage limit ends, from the first signal present:
-// retry-after-ms, retry-after (seconds or HTTP date), the body's resets_at,
-// resets_in_seconds or retry_after_ms, then the x-codex-*-reset-at headers
-// of a full window. Zero means unknown (the caller applies the default).
-func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time {
-	if v := h.Peek("retry-after-ms"); len(v) > 0 {
-		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms > 0 {
-			return afterUnits(now, ms, time.Millisecond)
-		}
-	}
-	if v := h.Peek("Retry-After"); len(v) > 0 {
-		if sec, err := strconv.ParseFloat(string(v), 64); err == nil && sec > 0 {
-			return afterUnits(now, sec, time.Second)
-		}
-		if t, err := fasthttp.ParseHTTPDate(v); err == nil && t.After(now) {
-			return t
-		}
-	}
-	for _, prefix := range []string{"error.", ""} {
-		if v := gjson.GetBytes(body, prefix+"resets_at"); v.Exists() && v.Int() > 0 {
-			return time.Unix(v.Int(), 0)
-		}
-		if v := gjson.GetBytes(body, prefix+"resets_in_seconds"); v.Exists() && v.Float() > 0 {
-			return afterUnits(now, v.Float(), time.Second)
-		}
-		if v := gjson.GetBytes(body, prefix+"retry_after_ms"); v.Exists() && v.Float() > 0 {
-			return afterUnits(now, v.Float(), time.Millisecond)
-		}
-	}
-	if q := parseQuota(now, h); q != nil {
-		var latest time.Time
-		for _, w := range []*rotation.Window{q.Primary, q.Secondary} {
-			if w != nil && w.UsedPercent >= 100 && w.ResetsAt.After(latest) {
-				latest = w.ResetsAt
-			}
-		}
-		if !latest.IsZero() {
-			return latest
-		}
-	}
-	return time.Time{}
 }
 
 // upstreamSpec normalizes an upstream error the client should see as is:

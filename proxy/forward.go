@@ -9,6 +9,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
@@ -353,7 +354,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 func (s *Server) answered(resp *fasthttp.Response, id, endpoint string) bool {
 	s.endpoints.MarkUp(endpoint)
 	s.learnTurnState(resp.Header.Peek(turnStateHeader), id)
-	if q := parseQuota(s.deps.Clock.Now(), &resp.Header); q != nil {
+	if q := backend.ParseQuota(s.deps.Clock.Now(), &resp.Header); q != nil {
 		s.runtime().SetQuota(id, *q)
 	}
 	status := resp.StatusCode()
@@ -370,7 +371,7 @@ func (s *Server) failedAnswer(resp *fasthttp.Response, sec *secrets.Secret, endp
 		body: headerrules.Redact(upstream.ReadErrorBody(resp), sec)}
 	f.verdict = classify(status, &resp.Header, f.body)
 	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(s.deps.Clock.Now(), &resp.Header, f.body)
+		f.limit = backend.LimitOf(s.deps.Clock.Now(), &resp.Header, f.body)
 	}
 	fasthttp.ReleaseResponse(resp)
 	return f

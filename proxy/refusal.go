@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -167,7 +168,7 @@ func rateLimited(spec *rerr.Spec, ref *rotation.Refusal, now time.Time, untried 
 	spec.Type, spec.Category = rerr.TypeUsageLimit, rerr.CategoryRateLimit
 	if ref.AllRateLimited {
 		spec.Status = 429
-		headers = func(h HeaderSetter) { setQuotaHeaders(h, now, ref.SoonestQuota) }
+		headers = func(h HeaderSetter) { backend.SetQuotaHeaders(h, now, ref.SoonestQuota) }
 		spec.Message = fmt.Sprintf("every account has reached its usage limit; the first one resets at %s", ref.ResetAt.UTC().Format(time.RFC3339))
 		if ref.Family != "" && ref.Family != rotation.MainFamily {
 			spec.Message = fmt.Sprintf("every account has reached its usage limit for this model (limit %s); the first one resets at %s",

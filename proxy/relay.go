@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/chat"
 	"github.com/rotorproxy/rotor/proxy/sse"
 	"github.com/rotorproxy/rotor/proxy/upstream"
@@ -55,7 +56,7 @@ type relay struct {
 	// compactSrc is the request of a compaction (either way Codex asks
 	// for one), kept with its answer's compaction item so another account
 	// can make it again (docs/codex.md).
-	compactSrc *compactSource
+	compactSrc *backend.CompactSource
 
 	// Chat Completions on a ChatGPT account: the Codex events are
 	// translated as they arrive. out is the translated bytes not yet
@@ -221,15 +222,15 @@ func (rl *relay) onEvent(e sse.Event) {
 	if rl.poolShown && !sse.Bootstrap[e.Type] {
 		rl.poolShown = false
 	}
-	if q := eventQuota(e, rl.s.deps.Clock); q != nil && !rl.poolShown {
+	if q := backend.EventQuota(e, rl.s.deps.Clock); q != nil && !rl.poolShown {
 		rl.s.runtime().SetQuota(rl.choice.Account.ID, *q)
 	}
 	switch {
-	case e.Type == "response.output_item.done" && bytes.Contains(e.Data, encryptedKey):
+	case e.Type == "response.output_item.done" && backend.CarriesBlob(e.Data):
 		item := e.Field("item")
-		rl.s.mints.learnItem(item, rl.choice.Account.ID)
+		rl.s.mints.LearnItem(item, rl.choice.Account.ID)
 		if rl.compactSrc != nil {
-			rl.s.compactions.keepItem(item, *rl.compactSrc) // a compaction v2's
+			rl.s.compactions.KeepItem(item, *rl.compactSrc) // a compaction v2's
 		}
 	case e.Type == "codex.response.metadata" || e.Type == "response.metadata":
 		// A socket's turn state comes in an event, not a header.
@@ -276,10 +277,10 @@ func (rl *relay) CloseWithError(wErr error) error {
 		rt.Record(acct, rotation.Served, rl.status, rotation.Limit{})
 		if rl.isJSON {
 			rl.tokens = sse.UsageOf(gjson.GetBytes(rl.json, "usage"))
-			s.mints.learnOutput(rl.json, acct)
+			s.mints.LearnOutput(rl.json, acct)
 			if rl.compactSrc != nil {
 				gjson.GetBytes(rl.json, "output").ForEach(func(_, item gjson.Result) bool {
-					s.compactions.keepItem(item, *rl.compactSrc)
+					s.compactions.KeepItem(item, *rl.compactSrc)
 					return true
 				})
 			}

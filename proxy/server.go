@@ -26,6 +26,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts/prices"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/metrics"
 	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/proxy/websocket"
@@ -236,7 +237,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		endpoints: upstream.NewEndpoints(deps.Selector.Runtime(), cfg.EnvProxy),
 		adapters:  NewAdapters(cfg.ChatGPTBase, cfg.OpenAIBase),
 	}
-	s.identities = newIdentities(deps.IdentityKey)
+	s.identities = backend.NewIdentities(deps.IdentityKey)
 	s.metrics = metrics.New(deps.Selector, s.sockets.Count, failoverOutcomes())
 	s.costs = metrics.NewCosts(deps.Prices, deps.Selector, s.metrics.Registry(),
 		func(k accounts.Kind) string { return s.adapters.For(k).meter() })

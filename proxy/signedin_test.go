@@ -12,6 +12,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -70,7 +71,7 @@ func TestAPoolAccountsTokenIsACredential(t *testing.T) {
 			readAll(t, resp)
 		}
 	}
-	clk.Advance(tokenGrace + time.Second)
+	clk.Advance(backend.TokenGrace + time.Second)
 	if resp := e.doAs("tok-one", "GET", "/v1/models", ""); resp.StatusCode != 401 {
 		t.Errorf("the old token after the grace: %d", resp.StatusCode)
 	}

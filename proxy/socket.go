@@ -13,6 +13,7 @@ import (
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/secrets"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/headerrules"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/proxy/upstream"
@@ -352,7 +353,7 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 		err = &upstream.DialError{Err: err}
 		return &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, true
 	case ref == nil:
-		if q := parseQuota(s.deps.Clock.Now(), hdr); q != nil {
+		if q := backend.ParseQuota(s.deps.Clock.Now(), hdr); q != nil {
 			s.runtime().SetQuota(a.ID, *q)
 		}
 		s.endpoints.MarkUp(endpoint)
@@ -387,7 +388,7 @@ func (s *Server) refusalFailure(ref *websocket.Refusal, sec *secrets.Secret, end
 	f := &failure{status: ref.Status, endpoint: endpoint, upstreamID: string(ref.Header.Peek("x-request-id")), body: headerrules.Redact(ref.Body, sec)}
 	f.verdict = classify(f.status, ref.Header, f.body)
 	if f.verdict == verdictUsageLimit {
-		f.limit = limitOf(s.deps.Clock.Now(), ref.Header, f.body)
+		f.limit = backend.LimitOf(s.deps.Clock.Now(), ref.Header, f.body)
 	}
 	return f
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/home"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/upstreamtest"
 )
 
@@ -28,14 +29,23 @@ func usageReads(up *upstreamtest.Server) map[string]int {
 	return n
 }
 
+// usageReader is a serve's usage reader, made at its first pass.
+type usageReader struct{ *backend.Reader }
+
+// The reader's timings, as the tests wait for them.
+const (
+	usageEvery   = backend.UsageEvery
+	usageJitter  = backend.UsageJitter
+	keepAliveAge = backend.KeepAliveAge
+)
+
 // pass runs one pass of e's reader, as ReadUsage does on every tick.
 func (e *env) pass(ur *usageReader) {
 	e.t.Helper()
-	if ur.lock == "" {
-		ur.lock = filepath.Join(e.store.Dir(), home.UsageReadLock)
-		ur.backoff, ur.wait = map[string]time.Time{}, map[string]time.Duration{}
+	if ur.Reader == nil {
+		ur.Reader = e.srv.usageReader(filepath.Join(e.store.Dir(), home.UsageReadLock))
 	}
-	e.srv.usagePass(context.Background(), ur, func() { e.sel.Runtime().Sync(nil) })
+	ur.Pass(context.Background(), func() { e.sel.Runtime().Sync(nil) })
 }
 
 var spentQuota = map[string]string{"x-codex-primary-used-percent": "40", "x-codex-primary-window-minutes": "300",

@@ -1,19 +1,23 @@
-package proxy
+package backend
 
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"hash/fnv"
 	"math"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/accounts/home"
-	"github.com/rotorproxy/rotor/proxy/upstream"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
@@ -21,42 +25,69 @@ import (
 // answers it relays, which says nothing of an idle account, or of one
 // whose limit the backend lifted early. So a serve reads every enabled
 // ChatGPT account's usage from its backend (GET {base}/wham/usage, which
-// costs no quota): at start, then every usageEvery (jittered per account),
+// costs no quota): at start, then every UsageEvery (jittered per account),
 // and right after a reset rotor knew of passes. The serves on one home take
 // turns (one pass at a time, under a lock) and share what they read
 // through state.json, as they share everything else. A read that fails
 // backs off and is logged once; it never marks an account. The same pass
-// keeps idle logins alive: tokens last refreshed keepAliveAge ago or more
+// keeps idle logins alive: tokens last refreshed KeepAliveAge ago or more
 // are refreshed.
 
 // Timings of the reader.
 const (
-	usageEvery     = 5 * time.Minute
-	usageJitter    = time.Minute
+	UsageEvery     = 5 * time.Minute  // how often an account's usage is read
+	UsageJitter    = time.Minute      // spreading the accounts' reads
 	usageTick      = 10 * time.Second // how often a serve looks for due accounts
 	usageBackoff   = time.Minute      // after a failed read, doubling
 	usageBackoffTo = 30 * time.Minute
-	keepAliveAge   = 7 * 24 * time.Hour
-	usageReadWait  = 30 * time.Second // one read's bound
+	KeepAliveAge   = 7 * 24 * time.Hour // an idle login's age when it is refreshed
+	UsageReadWait  = 30 * time.Second   // one read's bound
 )
 
-// usageReader is the reader's state in one serve.
-type usageReader struct {
-	lock    string               // the home's lock file the serves take turns on
+// ReaderDeps are what a Reader reads, and what it asks of the request
+// path, which holds the accounts' credentials and their ways out.
+type ReaderDeps struct {
+	// Lock is the home's lock file the serves take turns on.
+	Lock string
+	// Selector holds the pool and its runtime state, where what is read
+	// is recorded.
+	Selector *rotation.Selector
+	Clock    clock.Clock
+	Log      zerolog.Logger
+	// SignsIn reports whether a signs in to the ChatGPT backend: only
+	// such an account has a usage to read and a login to keep alive.
+	SignsIn func(a *accounts.Account) bool
+	// Get asks a's backend for its usage (GET {base}/wham/usage, a 401
+	// answered with a refresh): the body and the status.
+	Get func(ctx context.Context, a *accounts.Account) (body []byte, status int, err error)
+	// Renew refreshes a's tokens, as a request does, when it holds a
+	// refresh token; it reports whether it did. tokensAt is the last
+	// refresh rotor knows of. Nil when nothing renews tokens.
+	Renew func(ctx context.Context, a *accounts.Account, tokensAt time.Time) bool
+}
+
+// Reader is the usage reader of one serve: what it reads, and its
+// backoff after failed reads.
+type Reader struct {
+	deps    ReaderDeps
 	backoff map[string]time.Time // account id → no read before; bounded by the pool
 	wait    map[string]time.Duration
 }
 
-// ReadUsage runs the reader until ctx ends: a pass at once, then one every
-// usageTick, each under the home's lock file lock (no pass while another
+// NewReader is a reader of the usage of d's pool.
+func NewReader(d ReaderDeps) *Reader {
+	return &Reader{deps: d, backoff: map[string]time.Time{}, wait: map[string]time.Duration{}}
+}
+
+// Run runs the reader until ctx ends: a pass at once, then one every
+// usageTick, each under the home's lock file (no pass while another
 // serve holds it). sync exchanges state.json with the other serves, before
 // a pass and after it.
-func (s *Server) ReadUsage(ctx context.Context, lock string, sync func()) {
-	ur := &usageReader{lock: lock, backoff: map[string]time.Time{}, wait: map[string]time.Duration{}}
-	tick, stop := s.deps.Clock.NewTicker(usageTick)
+func (ur *Reader) Run(ctx context.Context, sync func()) {
+	tick, stop := ur.deps.Clock.NewTicker(usageTick)
 	defer stop()
 	for {
-		s.usagePass(ctx, ur, sync)
+		ur.Pass(ctx, sync)
 		select {
 		case <-ctx.Done():
 			return
@@ -65,9 +96,9 @@ func (s *Server) ReadUsage(ctx context.Context, lock string, sync func()) {
 	}
 }
 
-// usagePass reads every due account once, if this serve gets the lock.
-func (s *Server) usagePass(ctx context.Context, ur *usageReader, sync func()) {
-	l, err := home.LockFile(ur.lock, false, 0)
+// Pass reads every due account once, if this serve gets the lock.
+func (ur *Reader) Pass(ctx context.Context, sync func()) {
+	l, err := home.LockFile(ur.deps.Lock, false, 0)
 	if err != nil {
 		return // another serve's turn
 	}
@@ -76,15 +107,15 @@ func (s *Server) usagePass(ctx context.Context, ur *usageReader, sync func()) {
 		sync() // what the other serves read meanwhile
 		defer sync()
 	}
-	now := s.deps.Clock.Now()
-	for _, a := range s.deps.Selector.Pool().Accounts {
+	now := ur.deps.Clock.Now()
+	for _, a := range ur.deps.Selector.Pool().Accounts {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, flagged := a.Flagged(); a.Kind != accounts.KindChatGPT || !a.Enabled || flagged {
+		if _, flagged := a.Flagged(); !ur.deps.SignsIn(&a) || !a.Enabled || flagged {
 			continue
 		}
-		s.passOne(ctx, ur, &a, now)
+		ur.passOne(ctx, &a, now)
 	}
 }
 
@@ -93,24 +124,25 @@ func (s *Server) usagePass(ctx context.Context, ur *usageReader, sync func()) {
 // met here (a panic) would end the serve. It is logged once with the
 // account, and counts as a failed read, which backs off and marks
 // nothing; the other accounts are read all the same.
-func (s *Server) passOne(ctx context.Context, ur *usageReader, a *accounts.Account, now time.Time) {
+func (ur *Reader) passOne(ctx context.Context, a *accounts.Account, now time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
-			withPanic(s.deps.Log.Error().Str("account_id", a.ID), v).Msg("usage reader panic")
+			ur.deps.Log.Error().Str("account_id", a.ID).Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).
+				Msg("usage reader panic")
 			ur.failed(a.ID, now)
 		}
 	}()
-	st := s.runtime().Snapshot(a.ID)
-	s.keepAlive(ctx, a, &st, now)
+	st := ur.deps.Selector.Runtime().Snapshot(a.ID)
+	ur.keepAlive(ctx, a, &st, now)
 	if usageDue(a.ID, &st, now) && !now.Before(ur.backoff[a.ID]) {
-		s.readUsage(ctx, ur, a, now)
+		ur.read(ctx, a, now)
 	}
 }
 
 // failed backs the reads of account id off after a failure at now,
 // doubling the wait each time; it reports whether this is the first
 // failure in a row, the one that is logged.
-func (ur *usageReader) failed(id string, now time.Time) (first bool) {
+func (ur *Reader) failed(id string, now time.Time) (first bool) {
 	first = ur.wait[id] == 0
 	wait := min(max(2*ur.wait[id], usageBackoff), usageBackoffTo)
 	ur.wait[id], ur.backoff[id] = wait, now.Add(wait)
@@ -118,11 +150,11 @@ func (ur *usageReader) failed(id string, now time.Time) (first bool) {
 }
 
 // usageDue reports whether a's usage is to be read at now: never read,
-// read usageEvery (and a's jitter) ago, or a reset rotor knew of has
+// read UsageEvery (and a's jitter) ago, or a reset rotor knew of has
 // passed since.
 func usageDue(id string, st *rotation.AccountState, now time.Time) bool {
 	last := st.UsageReadAt
-	if last.IsZero() || now.Sub(last) >= usageEvery+jitter(id) {
+	if last.IsZero() || now.Sub(last) >= UsageEvery+jitter(id) {
 		return true
 	}
 	passed := func(t time.Time) bool { return !t.IsZero() && t.After(last) && !t.After(now) }
@@ -151,28 +183,28 @@ func usageDue(id string, st *rotation.AccountState, now time.Time) bool {
 	return false
 }
 
-// jitter spreads the accounts' reads over usageJitter, the same for an
+// jitter spreads the accounts' reads over UsageJitter, the same for an
 // account in every serve.
 func jitter(id string) time.Duration {
 	h := fnv.New32a()
 	h.Write([]byte(id))
-	return time.Duration(h.Sum32()%uint32(usageJitter/time.Second)) * time.Second
+	return time.Duration(h.Sum32()%uint32(UsageJitter/time.Second)) * time.Second
 }
 
-// readUsage reads a's usage and records it; a 401 refreshes the token and
+// read reads a's usage and records it; a 401 refreshes the token and
 // reads once more. A failure backs off, is logged once, and marks nothing.
-func (s *Server) readUsage(ctx context.Context, ur *usageReader, a *accounts.Account, now time.Time) {
-	body, status, err := s.fetchUsage(ctx, a, false)
+func (ur *Reader) read(ctx context.Context, a *accounts.Account, now time.Time) {
+	body, status, err := ur.deps.Get(ctx, a)
 	if err != nil || status != fasthttp.StatusOK {
 		if ur.failed(a.ID, now) {
-			s.deps.Log.Warn().Str("account_id", a.ID).Int("status", status).AnErr("error", err).
+			ur.deps.Log.Warn().Str("account_id", a.ID).Int("status", status).AnErr("error", err).
 				Msg("cannot read the account's usage; trying again later (the account is not blamed)")
 		}
 		return
 	}
 	delete(ur.wait, a.ID)
 	delete(ur.backoff, a.ID)
-	rt := s.runtime()
+	rt := ur.deps.Selector.Runtime()
 	rt.UsageRead(a.ID)
 	q, allowed, lifted := usageQuota(body, now)
 	if q == nil {
@@ -182,51 +214,24 @@ func (s *Server) readUsage(ctx context.Context, ur *usageReader, a *accounts.Acc
 	st := rt.Snapshot(a.ID)
 	if allowed && st.RateLimitedUntil.After(now) {
 		rt.LiftRateLimit(a.ID)
-		s.deps.Log.Info().Str("account_id", a.ID).Time("was_until", st.RateLimitedUntil).Str("reason", st.LimitReason).
+		ur.deps.Log.Info().Str("account_id", a.ID).Time("was_until", st.RateLimitedUntil).Str("reason", st.LimitReason).
 			Msg("the account's usage limit was lifted early")
 	}
 	lifted = slices.DeleteFunc(lifted, func(id string) bool { return !st.FamilyLimits[id].After(now) })
 	if len(lifted) > 0 {
 		rt.LiftFamilyLimits(a.ID, lifted...)
-		s.deps.Log.Info().Str("account_id", a.ID).Strs("limits", lifted).Msg("the account's model limits were lifted early")
+		ur.deps.Log.Info().Str("account_id", a.ID).Strs("limits", lifted).Msg("the account's model limits were lifted early")
 	}
 }
 
-// fetchUsage asks a's backend for its usage. refreshed says a 401 was
-// already answered with a refresh.
-func (s *Server) fetchUsage(ctx context.Context, a *accounts.Account, refreshed bool) ([]byte, int, error) {
-	sec, err := s.secrets.get(a.ID, s.runtime().TokensAt(a.ID))
-	if err != nil {
-		return nil, 0, err
-	}
-	ad := s.adapters.For(a.Kind)
-	base := ad.base(a.BaseURL)
-	way := s.endpoints.Way(base, a.ProxyURL)
-	rt, err := s.exits.Of(&way, sec.ProxyPassword)
-	if err != nil {
-		return nil, 0, err
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(upstreamURL(base, "/wham/usage", nil))
+// UsageRequest makes req the usage read of the account whose access
+// token and ChatGPT account id are given, on its ChatGPT base: GET
+// {base}/wham/usage, as Codex sends it.
+func UsageRequest(req *fasthttp.Request, base, token, chatgptAccountID string) {
+	req.SetRequestURI(strings.TrimRight(base, "/") + "/wham/usage")
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.Header.Set("Authorization", "Bearer "+sec.AccessToken)
-	if a.ChatGPTAccountID != "" {
-		req.Header.Set("chatgpt-account-id", a.ChatGPTAccountID)
-	}
+	authorize(&req.Header, token, chatgptAccountID)
 	req.Header.Set("originator", "codex_cli_rs")
-	if err := rt.Client.DoTimeout(req, resp, usageReadWait); err != nil {
-		return nil, 0, err
-	}
-	status := resp.StatusCode()
-	if status == fasthttp.StatusUnauthorized && !refreshed && s.deps.Refresher != nil {
-		if _, ok := s.renew(ctx, a, sec, s.deps.Log.Warn().Str("account_id", a.ID)); ok {
-			return s.fetchUsage(ctx, a, true)
-		}
-	}
-	return upstream.ReadBodyUpTo(resp, upstream.MaxErrorBody), status, nil
 }
 
 // usageQuota reads the backend's usage payload as a quota at now, all of
@@ -292,23 +297,19 @@ func usageWindow(now time.Time, w gjson.Result) *rotation.Window {
 }
 
 // keepAlive refreshes a's tokens when rotor last refreshed them, or, if
-// it never did, added the account keepAliveAge ago or more, so a login
+// it never did, added the account KeepAliveAge ago or more, so a login
 // left idle does not lapse (docs/selection.md). The refresh is the one requests use: single-flight across
 // processes, written back to a linked Codex auth.json.
-func (s *Server) keepAlive(ctx context.Context, a *accounts.Account, st *rotation.AccountState, now time.Time) {
-	if s.deps.Refresher == nil {
+func (ur *Reader) keepAlive(ctx context.Context, a *accounts.Account, st *rotation.AccountState, now time.Time) {
+	if ur.deps.Renew == nil {
 		return
 	}
 	// The last refresh rotor knows of, else when the account joined.
-	if last := later(st.TokensAt, a.AddedAt); last.IsZero() || now.Sub(last) < keepAliveAge {
+	if last := later(st.TokensAt, a.AddedAt); last.IsZero() || now.Sub(last) < KeepAliveAge {
 		return
 	}
-	sec, err := s.secrets.get(a.ID, st.TokensAt)
-	if err != nil || sec.RefreshToken == "" {
-		return
-	}
-	if _, ok := s.renew(ctx, a, sec, s.deps.Log.Warn().Str("account_id", a.ID)); ok {
-		s.deps.Log.Info().Str("account_id", a.ID).Msg("refreshed an idle login to keep it alive")
+	if ur.deps.Renew(ctx, a, st.TokensAt) {
+		ur.deps.Log.Info().Str("account_id", a.ID).Msg("refreshed an idle login to keep it alive")
 	}
 }
 

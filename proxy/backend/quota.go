@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -16,12 +16,12 @@ import (
 	"github.com/rotorproxy/rotor/rotation"
 )
 
-// parseQuota reads what an answer's headers say of the account's meter
+// ParseQuota reads what an answer's headers say of the account's meter
 // (docs/accounts.md, docs/selection.md): the main windows (x-codex-primary-* / -secondary-*),
 // every other limit family (x-<id>-primary-used-percent ... with
 // x-<id>-limit-name), the credits (x-codex-credits-*) and the plan; nil
 // when the answer carries none of it.
-func parseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
+func ParseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
 	p := parseWindow(now, h, &primaryHeaders)
 	sec := parseWindow(now, h, &secondaryHeaders)
 	plan := string(h.Peek("x-codex-plan-type"))
@@ -125,15 +125,58 @@ func parseBool(v []byte) (value, ok bool) {
 	return false, false
 }
 
-// limitOf reads a usage limit's answer: when it ends (resetTime), the
+// LimitOf reads a usage limit's answer: when it ends (resetTime), the
 // family that metered the request (x-codex-active-limit; "" when the
 // answer does not say), and the backend's reached type.
-func limitOf(now time.Time, h *fasthttp.ResponseHeader, body []byte) rotation.Limit {
+func LimitOf(now time.Time, h *fasthttp.ResponseHeader, body []byte) rotation.Limit {
 	l := rotation.Limit{Until: resetTime(now, h, body), Reason: reachedType(h, body)}
 	if v := strings.TrimSpace(string(h.Peek("x-codex-active-limit"))); v != "" {
 		l.Family = rotation.NormalizeFamily(v)
 	}
 	return l
+}
+
+// resetTime reads when a usage limit ends, from the first signal present:
+// retry-after-ms, retry-after (seconds or HTTP date), the body's resets_at,
+// resets_in_seconds or retry_after_ms, then the x-codex-*-reset-at headers
+// of a full window. Zero means unknown (the caller applies the default).
+func resetTime(now time.Time, h *fasthttp.ResponseHeader, body []byte) time.Time {
+	if v := h.Peek("retry-after-ms"); len(v) > 0 {
+		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms > 0 {
+			return afterUnits(now, ms, time.Millisecond)
+		}
+	}
+	if v := h.Peek("Retry-After"); len(v) > 0 {
+		if sec, err := strconv.ParseFloat(string(v), 64); err == nil && sec > 0 {
+			return afterUnits(now, sec, time.Second)
+		}
+		if t, err := fasthttp.ParseHTTPDate(v); err == nil && t.After(now) {
+			return t
+		}
+	}
+	for _, prefix := range []string{"error.", ""} {
+		if v := gjson.GetBytes(body, prefix+"resets_at"); v.Exists() && v.Int() > 0 {
+			return time.Unix(v.Int(), 0)
+		}
+		if v := gjson.GetBytes(body, prefix+"resets_in_seconds"); v.Exists() && v.Float() > 0 {
+			return afterUnits(now, v.Float(), time.Second)
+		}
+		if v := gjson.GetBytes(body, prefix+"retry_after_ms"); v.Exists() && v.Float() > 0 {
+			return afterUnits(now, v.Float(), time.Millisecond)
+		}
+	}
+	if q := ParseQuota(now, h); q != nil {
+		var latest time.Time
+		for _, w := range []*rotation.Window{q.Primary, q.Secondary} {
+			if w != nil && w.UsedPercent >= 100 && w.ResetsAt.After(latest) {
+				latest = w.ResetsAt
+			}
+		}
+		if !latest.IsZero() {
+			return latest
+		}
+	}
+	return time.Time{}
 }
 
 // reachedType is the backend's rate-limit reached type of an answer: its
@@ -150,10 +193,10 @@ func reachedType(h *fasthttp.ResponseHeader, body []byte) string {
 	return ""
 }
 
-// eventQuota is the account's quota a codex.rate_limits event reports,
+// EventQuota is the account's quota a codex.rate_limits event reports,
 // nil for any other event. It reads clk only for that one: it runs on
 // every event of every stream.
-func eventQuota(e sse.Event, clk clock.Clock) *rotation.Quota {
+func EventQuota(e sse.Event, clk clock.Clock) *rotation.Quota {
 	if e.Type != "codex.rate_limits" {
 		return nil
 	}
@@ -207,12 +250,12 @@ func eventCredits(c gjson.Result) *rotation.Credits {
 	return out
 }
 
-// setQuotaHeaders writes q back as the x-codex-* headers parseQuota reads,
+// SetQuotaHeaders writes q back as the x-codex-* headers ParseQuota reads,
 // as the Codex backend sends them, so that a client such as Codex CLI can
 // show its own usage-limit banner for the account rotor waits on: the
 // main windows, every other family's (with the model it meters) and the
 // credits.
-func setQuotaHeaders(h HeaderSetter, now time.Time, q *rotation.Quota) {
+func SetQuotaHeaders(h HeaderSetter, now time.Time, q *rotation.Quota) {
 	if q == nil {
 		return
 	}
@@ -256,6 +299,41 @@ func setWindowHeaders(h HeaderSetter, now time.Time, w *rotation.Window, names *
 		h.Set(names.resetAt, strconv.FormatInt(w.ResetsAt.Unix(), 10))
 		h.Set(names.resetAfter, strconv.FormatInt(max(int64(w.ResetsAt.Sub(now).Seconds()), 0), 10))
 	}
+}
+
+// tellsMeter reports whether h tells of the account's meter: its main
+// windows or its credits.
+func tellsMeter(h *fasthttp.ResponseHeader) bool {
+	return len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0 ||
+		len(h.Peek(creditsHeaders.has)) > 0
+}
+
+// delMeterHeaders deletes what h tells of the account's meter: its main
+// windows, every other family's headers and its credits; the plan and
+// the active limit stay.
+func delMeterHeaders(h *fasthttp.ResponseHeader) {
+	for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
+		for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
+			h.Del(k)
+		}
+	}
+	var prefixes []string
+	for k := range h.All() {
+		if prefix, ok := familyHeader(k); ok {
+			prefixes = append(prefixes, prefix)
+		}
+	}
+	for _, p := range prefixes {
+		for _, slot := range []string{"-primary", "-secondary"} {
+			for _, k := range []string{"-used-percent", "-window-minutes", "-reset-at", "-reset-after-seconds"} {
+				h.Del(p + slot + k)
+			}
+		}
+		h.Del(p + "-limit-name")
+	}
+	h.Del(creditsHeaders.has)
+	h.Del(creditsHeaders.unlimited)
+	h.Del(creditsHeaders.balance)
 }
 
 // afterUnits is now plus v units, as an upstream states a wait or a time

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -19,33 +19,33 @@ import (
 // from a secret of the home (HMAC of the account id), so the same account
 // always sees the same id and no two accounts share one.
 
-// installationHeader names Codex's installation id.
-const installationHeader = "x-codex-installation-id"
+// InstallationHeader names Codex's installation id.
+const InstallationHeader = "x-codex-installation-id"
 
 // installationCarriers are the request headers the installation id is
 // rewritten in: its own, and the turn metadata that repeats it.
-var installationCarriers = []string{installationHeader, "x-codex-turn-metadata"}
+var installationCarriers = []string{InstallationHeader, "x-codex-turn-metadata"}
 
 // minInstallationID is the shortest client id rotor replaces: shorter
 // strings could stand for something else in a body.
 const minInstallationID = 16
 
-// identities derives the id each account is shown.
-type identities struct{ key []byte }
+// Identities derives the id each account is shown.
+type Identities struct{ key []byte }
 
-// newIdentities derives ids from key; without one, from a key of this
+// NewIdentities derives ids from key; without one, from a key of this
 // process alone (an account then sees one id per process).
-func newIdentities(key []byte) identities {
+func NewIdentities(key []byte) Identities {
 	if len(key) == 0 {
 		key = make([]byte, 32)
 		rand.Read(key)
 	}
-	return identities{key: key}
+	return Identities{key: key}
 }
 
-// of is the installation id account is shown: UUID-shaped, as Codex's own
+// Of is the installation id account is shown: UUID-shaped, as Codex's own
 // is, so a body keeps its length.
-func (id identities) of(account string) string {
+func (id Identities) Of(account string) string {
 	m := hmac.New(sha256.New, id.key)
 	m.Write([]byte(account))
 	u := m.Sum(nil)[:16]
@@ -64,41 +64,38 @@ func (id identities) of(account string) string {
 	return string(b[:])
 }
 
-// installation is the installation id the client sent with r, read once:
-// its header, else its body's client_metadata; "" when it sent none.
-func (r *request) installation() string {
-	if !r.installationRead {
-		r.installationRead = true
-		if v := r.header.Peek(installationHeader); len(v) > 0 {
-			r.installationID = string(v)
-		} else if meta := r.member("client_metadata"); len(meta) > 0 {
-			r.installationID = strings.Clone(jsonscan.Get(meta, installationHeader).Str)
-		}
-		if len(r.installationID) < minInstallationID {
-			r.installationID = ""
-		}
+// Installation is the installation id a client sent: its header's value
+// h, else its body's client_metadata meta; "" when it sent none (or one
+// too short to stand for an id).
+func Installation(h, meta []byte) string {
+	id := ""
+	if len(h) > 0 {
+		id = string(h)
+	} else if len(meta) > 0 {
+		id = strings.Clone(jsonscan.Get(meta, InstallationHeader).Str)
 	}
-	return r.installationID
+	if len(id) < minInstallationID {
+		id = ""
+	}
+	return id
 }
 
-// ownIdentity is body with the client's installation id replaced by the
+// Own is body with the client's installation id cid replaced by the
 // one account is shown; body itself when it does not carry it.
-func (s *Server) ownIdentity(r *request, account string, body []byte) []byte {
-	cid := r.installation()
+func (id Identities) Own(cid, account string, body []byte) []byte {
 	if cid == "" || !bytes.Contains(body, []byte(cid)) {
 		return body
 	}
-	return bytes.ReplaceAll(body, []byte(cid), []byte(s.identities.of(account)))
+	return bytes.ReplaceAll(body, []byte(cid), []byte(id.Of(account)))
 }
 
-// ownIdentityHeaders rewrites the installation id in the headers that
-// carry it, as set by set.
-func (s *Server) ownIdentityHeaders(r *request, account string, get func(string) []byte, set func(k, v string)) {
-	cid := r.installation()
+// OwnHeaders rewrites the client's installation id cid in the headers
+// that carry it, read by get, as set by set.
+func (id Identities) OwnHeaders(cid, account string, get func(string) []byte, set func(k, v string)) {
 	if cid == "" {
 		return
 	}
-	own := []byte(s.identities.of(account))
+	own := []byte(id.Of(account))
 	for _, k := range installationCarriers {
 		if v := get(k); bytes.Contains(v, []byte(cid)) {
 			set(k, string(bytes.ReplaceAll(v, []byte(cid), own)))

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -9,98 +9,74 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/rotorproxy/rotor/accounts/clock"
 	"github.com/rotorproxy/rotor/proxy/jsonscan"
 	"github.com/rotorproxy/rotor/rotation"
 )
 
 // What an answer tells Codex of its limits (docs/codex.md): the x-codex-*
 // headers of an HTTP answer and the codex.rate_limits events ahead of its
-// output describe the pool as /status does (usageLimitsOf), not the
+// output describe the pool as /status does (LimitsOf), not the
 // account that served it: Codex stops sending when the limits it was last
 // shown are spent, and must not while another account can serve.
 
-// showPoolLimits rewrites what the answer ans of the account of ch tells
-// of the limits, when it tells any, to the pool's: its x-codex-* window
-// headers, and the codex.rate_limits events it holds back. When the pool
-// shows that very account (the one the next request would get), the
-// answer goes as it came, and the pool's view is not made. learned says
-// the held-back events' own quota is already recorded for the account,
-// so the relay need not read it again.
-func (s *Server) showPoolLimits(ch *rotation.Choice, ans *answer) (learned bool) {
-	h := &ans.resp.Header
-	told := len(h.Peek(primaryHeaders.used)) > 0 || len(h.Peek(secondaryHeaders.used)) > 0 ||
-		len(h.Peek(creditsHeaders.has)) > 0
-	events := bytes.Contains(ans.pending, []byte(`"codex.rate_limits"`))
+// ShowPool rewrites what an answer of the account of ch tells of the
+// limits, when it tells any, to the pool's, as sel shows them: its
+// x-codex-* window headers h, and the codex.rate_limits events in held,
+// the SSE bytes it holds back. When the pool shows that very account
+// (the one the next request would get), the answer goes as it came, and
+// the pool's view is not made. It returns the held bytes to send when
+// they were rewritten, and learned: the held-back events' own quota is
+// recorded for the account.
+func ShowPool(sel *rotation.Selector, clk clock.Clock, ch *rotation.Choice, h *fasthttp.ResponseHeader, held []byte) (out []byte, rewritten, learned bool) {
+	told := tellsMeter(h)
+	events := holdsRateLimits(held)
 	if !told && !events {
-		return false
+		return nil, false, false
 	}
-	now := s.deps.Clock.Now()
+	now := clk.Now()
+	rt := sel.Runtime()
 	if events {
 		// The account's own quota first: the pool's view is made with it.
-		learnRateLimits(ans.pending, func(q *rotation.Quota) { s.runtime().SetQuota(ch.Account.ID, *q) }, now)
+		learnRateLimits(held, func(q *rotation.Quota) { rt.SetQuota(ch.Account.ID, *q) }, now)
 	}
 	// The serving account's own limits are the pool's when the next
 	// request would go to it too, and no other account adds credits or
 	// families of its own to what the pool shows.
-	alone := !s.othersMetered(ch.Account.ID)
-	if next, _ := s.deps.Selector.Next(); next == ch.Index && alone {
-		return events // the serving account is the pool's view: nothing to rewrite
+	alone := !othersMetered(sel, ch.Account.ID)
+	if next, _ := sel.Next(); next == ch.Index && alone {
+		return nil, false, events // the serving account is the pool's view: nothing to rewrite
 	}
-	u, shown := usageLimitsOf(s.deps.Selector, now)
+	u, shown := LimitsOf(sel, now)
 	if shown == ch.Index && alone {
-		return events
+		return nil, false, events
 	}
 	if told {
 		delMeterHeaders(h)
-		setQuotaHeaders(h, now, quotaOf(u, now))
+		SetQuotaHeaders(h, now, u.quota(now))
 	}
 	if events {
-		held := ans.pending
-		ans.pending = rewriteRateLimits(held, u)
-		releaseHeld(held)
+		return u.rewrite(held), true, events
 	}
-	return events
+	return nil, false, events
 }
 
-// othersMetered reports whether a live account other than id has told
-// credits or limit families of its own, which the pool's view sums or
-// shows.
-func (s *Server) othersMetered(id string) bool {
-	for _, a := range s.deps.Selector.Pool().Accounts {
-		if a.ID != id && a.Enabled && s.runtime().Metered(a.ID) {
+// othersMetered reports whether a live account of sel's pool other than
+// id has told credits or limit families of its own, which the pool's
+// view sums or shows.
+func othersMetered(sel *rotation.Selector, id string) bool {
+	rt := sel.Runtime()
+	for _, a := range sel.Pool().Accounts {
+		if a.ID != id && a.Enabled && rt.Metered(a.ID) {
 			return true
 		}
 	}
 	return false
 }
 
-// delMeterHeaders deletes what h tells of the account's meter: its main
-// windows, every other family's headers and its credits; the plan and
-// the active limit stay.
-func delMeterHeaders(h *fasthttp.ResponseHeader) {
-	for _, names := range []*windowHeaders{&primaryHeaders, &secondaryHeaders} {
-		for _, k := range []string{names.used, names.minutes, names.resetAt, names.resetAfter} {
-			h.Del(k)
-		}
-	}
-	var prefixes []string
-	for k := range h.All() {
-		if prefix, ok := familyHeader(k); ok {
-			prefixes = append(prefixes, prefix)
-		}
-	}
-	for _, p := range prefixes {
-		for _, slot := range []string{"-primary", "-secondary"} {
-			for _, k := range []string{"-used-percent", "-window-minutes", "-reset-at", "-reset-after-seconds"} {
-				h.Del(p + slot + k)
-			}
-		}
-		h.Del(p + "-limit-name")
-	}
-	h.Del(creditsHeaders.has)
-	h.Del(creditsHeaders.unlimited)
-	h.Del(creditsHeaders.balance)
-}
+// holdsRateLimits reports whether the SSE bytes b may hold a
+// codex.rate_limits event; false is certain.
+func holdsRateLimits(b []byte) bool { return bytes.Contains(b, []byte(`"codex.rate_limits"`)) }
 
 // learnRateLimits hands set the quota of every codex.rate_limits event in
 // the SSE bytes b.
@@ -114,8 +90,8 @@ func learnRateLimits(b []byte, set func(*rotation.Quota), now time.Time) {
 	}
 }
 
-// quotaOf is u as a quota, as setQuotaHeaders writes one.
-func quotaOf(u usageLimits, now time.Time) *rotation.Quota {
+// quota is u as a quota, as SetQuotaHeaders writes one.
+func (u *Limits) quota(now time.Time) *rotation.Quota {
 	q := &rotation.Quota{ObservedAt: now}
 	if u.PlanType != planUnknown {
 		q.PlanType = u.PlanType
@@ -161,10 +137,10 @@ type eventWindow struct {
 	ResetAt           int64   `json:"reset_at"`
 }
 
-// rewriteRateLimits is the held-back SSE bytes b with every
-// codex.rate_limits event's rate_limits (and plan_type) those of u; the
-// rest of each event, and every other event, as it came.
-func rewriteRateLimits(b []byte, u usageLimits) []byte {
+// rewrite is the held-back SSE bytes b with every codex.rate_limits
+// event's rate_limits (and plan_type) those of u; the rest of each
+// event, and every other event, as it came.
+func (u *Limits) rewrite(b []byte) []byte {
 	eventOf := func(rl *limitStatus) []byte {
 		ev := eventLimits{}
 		if rl != nil {

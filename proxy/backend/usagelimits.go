@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"cmp"
@@ -6,8 +6,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/rotation"
 )
@@ -24,8 +22,9 @@ import (
 // (integers: its i32 fields refuse a fraction); everything else is
 // optional there and left out here.
 
-// usageLimits is the body of GET /backend-api/wham/usage.
-type usageLimits struct {
+// Limits is the body of GET /backend-api/wham/usage: the pool's usage
+// limits, in the backend's shape.
+type Limits struct {
 	// PlanType is the plan of the account shown, as the backend names it
 	// (plus, pro, team, ...), or planUnknown.
 	PlanType  string       `json:"plan_type"`
@@ -205,30 +204,26 @@ type limitReachedType struct {
 // rotor never learned (an API key, or no answer seen yet).
 const planUnknown = "unknown"
 
-// answerUsageLimits answers Codex's usage-limits request from the pool.
-// It never asks an upstream: /status must answer even when every account
-// waits, and the quota every answer carried is already in the runtime state.
-func (s *Server) answerUsageLimits(ctx *fasthttp.RequestCtx) {
-	u, _ := usageLimitsOf(s.deps.Selector, s.deps.Clock.Now())
+// Body is u as the backend's JSON body.
+func (u *Limits) Body() []byte {
 	b, err := json.Marshal(u)
 	if err != nil { // plain structs of strings and numbers: cannot happen
 		panic(err)
 	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
+	return b
 }
 
-// usageLimitsOf is the pool's usage limits at now: the plan and windows of
+// LimitsOf is the pool's usage limits at now, as sel sees them: the plan and windows of
 // the account Selector.Next would pick; when none can serve, those of the
 // account Selector.Explain says comes back first (the pinned one under a
 // pin), with, when it waits for a usage limit, its fuller window shown
 // used up until the moment it comes back. shown is the index of the
 // account whose limits these are as they stand, 0 when none's are.
-func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown int) {
+func LimitsOf(sel *rotation.Selector, now time.Time) (u Limits, shown int) {
 	rows := sel.Status()
 	if i, _ := sel.Next(); i > 0 && i <= len(rows) && rows[i-1].State == "available" {
 		r := &rows[i-1]
-		return usageLimits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true}),
+		return Limits{PlanType: planOf(r), RateLimit: windowsOf(r.Quota, now, &limitStatus{Allowed: true}),
 			ResetCredits: poolResetCredits(rows), Credits: poolCredits(rows), Additional: poolFamilies(rows, now)}, i
 	}
 	// Next names a process-pinned account even when it cannot serve; the
@@ -245,7 +240,7 @@ func usageLimitsOf(sel *rotation.Selector, now time.Time) (u usageLimits, shown 
 	case !ref.ResetAt.IsZero():
 		back = comesBackAt(rows, ref.ResetAt)
 	}
-	out := usageLimits{PlanType: planUnknown, RateLimit: st, ResetCredits: poolResetCredits(rows),
+	out := Limits{PlanType: planUnknown, RateLimit: st, ResetCredits: poolResetCredits(rows),
 		Credits: poolCredits(rows), Additional: poolFamilies(rows, now)}
 	q := ref.SoonestQuota
 	if back != nil {

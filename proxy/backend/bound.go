@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 // before a request goes to an account takes out every blob another account
 // minted (unbind). A blob rotor never saw (a session begun before rotor, a
 // blob forgotten) is found by its refusal: the request is sent once more to
-// the same account with every blob taken out (Server.attempt).
+// the same account with every blob taken out (Sent.All).
 
 // mintKey is the fixed-size digest a blob is remembered by.
 type mintKey [16]byte
@@ -44,11 +44,12 @@ const mintGeneration = 1 << 15
 // without it and no request is refused twice for it.
 const unknownOwner = "\x00refused"
 
-// mints remembers which account minted each blob rotor relayed. It is
-// safe for concurrent use. It is kept in memory, per serve: two serves on
-// one home share nothing here, and a blob minted through the other one is
-// found by its refusal instead.
-type mints struct {
+// Mints remembers which account minted each blob rotor relayed, and each
+// turn state. It is safe for concurrent use; the zero value is empty. It
+// is kept in memory, per serve: two serves on one home share nothing
+// here, and a blob minted through the other one is found by its refusal
+// instead.
+type Mints struct {
 	mu       sync.Mutex
 	cur, old map[mintKey]string
 	// owners are the accounts that ever minted a blob rotor learnt (a
@@ -58,8 +59,8 @@ type mints struct {
 	owners []string
 }
 
-// learn records that account minted blob.
-func (m *mints) learn(blob, account string) {
+// Learn records that account minted blob.
+func (m *Mints) Learn(blob, account string) {
 	k := mintKeyOf(blob)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -72,16 +73,16 @@ func (m *mints) learn(blob, account string) {
 	}
 }
 
-// onlyBy reports whether every blob rotor remembers was minted by account
+// OnlyBy reports whether every blob rotor remembers was minted by account
 // (or none was): then no blob can be foreign to it.
-func (m *mints) onlyBy(account string) bool {
+func (m *Mints) OnlyBy(account string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.owners) == 0 || len(m.owners) == 1 && m.owners[0] == account
 }
 
-// owner is the account that minted blob, if rotor knows it.
-func (m *mints) owner(blob string) (string, bool) {
+// Owner is the account that minted blob, if rotor knows it.
+func (m *Mints) Owner(blob string) (string, bool) {
 	k := mintKeyOf(blob)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -92,27 +93,31 @@ func (m *mints) owner(blob string) (string, bool) {
 	return a, ok
 }
 
-// learnItem records the blob of one output item, if it carries one.
-func (m *mints) learnItem(item gjson.Result, account string) {
+// LearnItem records the blob of one output item, if it carries one.
+func (m *Mints) LearnItem(item gjson.Result, account string) {
 	if b := item.Get("encrypted_content"); b.Type == gjson.String && b.Str != "" {
-		m.learn(b.Str, account)
+		m.Learn(b.Str, account)
 	}
 }
 
-// learnOutput records the blobs of a whole answer's output items (a JSON
+// LearnOutput records the blobs of a whole answer's output items (a JSON
 // answer, such as a compaction's).
-func (m *mints) learnOutput(answer []byte, account string) {
+func (m *Mints) LearnOutput(answer []byte, account string) {
 	if !bytes.Contains(answer, encryptedKey) {
 		return
 	}
 	gjson.GetBytes(answer, "output").ForEach(func(_, item gjson.Result) bool {
-		m.learnItem(item, account)
+		m.LearnItem(item, account)
 		return true
 	})
 }
 
 // encryptedKey is the key of a blob, as jsonscan.Scan finds it.
 var encryptedKey = []byte(jsonscan.BlobKey)
+
+// CarriesBlob reports whether b may carry a blob: whether it names the
+// key of one anywhere. False is certain.
+func CarriesBlob(b []byte) bool { return bytes.Contains(b, encryptedKey) }
 
 // compactionTypes are the item types that carry a conversation's earlier
 // context, summarized by the account that compacted it.
@@ -124,31 +129,48 @@ const (
 	leftOut = "An item of this conversation that only another account can read was left out: "
 )
 
-// unbind returns body as account may send it: every item whose
+// Sent is what Unbind knows of the request a body comes from, as the
+// client sent it. It is passed by value: a few words, no allocation.
+type Sent struct {
+	// Body is the request's body as read, and Scan what jsonscan.Scan
+	// noted of it: only the blobs it noted are looked at over HTTP.
+	Body []byte
+	Scan *jsonscan.Scanned
+	// Socket says the request came over a socket: the body may carry in
+	// front the conversation the socket remembers, which no scan saw.
+	Socket bool
+	// Encoded says the body goes compressed, as it came: nothing in it
+	// is read.
+	Encoded bool
+	// All says every blob goes, whoever minted it: the account refused
+	// one rotor could not place.
+	All bool
+}
+
+// Unbind returns body as account may send it: every item whose
 // encrypted_content another account minted is taken out (all of them when
-// r.unbindAll is set). A reasoning item keeps what is readable of it
+// src.All is set). A reasoning item keeps what is readable of it
 // (summary, content) and loses encrypted_content, id and status, and is
 // dropped when nothing readable is left; a compaction item, or any other
 // item only one account can read, becomes a developer message saying what
 // was left out, unless redo can make the compaction again for account. The items account minted itself, and every byte around
 // the changed items, are kept as sent. body is returned as it is (the
-// same slice) when nothing in it is foreign. r.contextCut says whether
-// a compaction had to go, for this attempt's account.
-func (s *Server) unbind(r *request, account string, body []byte, redo func(blob string) []byte) []byte {
-	r.contextCut = false
-	if r.encoded || !s.mayBeForeign(r, account, body) {
-		return body
+// same slice) when nothing in it is foreign. cut says whether
+// a compaction had to go, for this account.
+func (m *Mints) Unbind(src Sent, account string, body []byte, redo func(blob string) []byte) (out []byte, cut bool) {
+	if src.Encoded || !m.mayBeForeign(&src, account, body) {
+		return body, false
 	}
 	input := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "input")
 	if !input.IsArray() || input.Index <= 0 {
-		return body
+		return body, false
 	}
 	bound := func(item gjson.Result) bool {
 		if !strings.Contains(item.Raw, `"encrypted_content"`) {
 			return false
 		}
 		blob := item.Get("encrypted_content")
-		return blob.Type == gjson.String && s.foreign(r, account, blob.Str)
+		return blob.Type == gjson.String && m.foreign(&src, account, blob.Str)
 	}
 	foreign := false
 	input.ForEach(func(_, item gjson.Result) bool {
@@ -156,11 +178,11 @@ func (s *Server) unbind(r *request, account string, body []byte, redo func(blob 
 		return !foreign
 	})
 	if !foreign {
-		return body
+		return body, false
 	}
 	// Something must go: the array is written anew, item by item, every
 	// item that stays as it was sent.
-	out := make([]byte, 0, len(body))
+	out = make([]byte, 0, len(body))
 	out = append(append(out, body[:input.Index]...), '[')
 	n := 0
 	add := func(item []byte) {
@@ -187,7 +209,7 @@ func (s *Server) unbind(r *request, account string, body []byte, redo func(blob 
 					return true
 				}
 			}
-			r.contextCut = true
+			cut = true
 			add(developerNote(cutNote))
 		default:
 			add(developerNote(leftOut + typ))
@@ -195,48 +217,58 @@ func (s *Server) unbind(r *request, account string, body []byte, redo func(blob 
 		return true
 	})
 	out = append(out, ']')
-	return append(out, body[input.Index+len(input.Raw):]...)
+	return append(out, body[input.Index+len(input.Raw):]...), cut
 }
 
 // mayBeForeign reports whether body, going to account, may carry a blob
-// account must not be sent; false is certain, true is for unbind to look
+// account must not be sent; false is certain, true is for Unbind to look
 // at item by item. Over HTTP it looks only at the blobs jsonscan.Scan
-// noted in r's body (an edited body's items are the client's, unchanged),
+// noted in src's body (an edited body's items are the client's, unchanged),
 // and at none while no other account has minted anything: an API-key
 // pool, or a body without blobs, costs no search at all. A socket's body may carry
 // the conversation the socket remembers in front, which no scan saw.
-func (s *Server) mayBeForeign(r *request, account string, body []byte) bool {
+func (m *Mints) mayBeForeign(src *Sent, account string, body []byte) bool {
 	switch {
-	case r.socket != nil:
+	case src.Socket:
 		return bytes.Contains(body, encryptedKey)
-	case len(r.scan.Blobs) == 0:
+	case len(src.Scan.Blobs) == 0:
 		return false
-	case r.unbindAll:
+	case src.All:
 		return true
-	case s.mints.onlyBy(account):
+	case m.OnlyBy(account):
 		return false
 	}
-	in, ok := r.memberAt("input")
-	if !ok || r.body[in.ValStart] != '[' {
+	in, ok := inputOf(src)
+	if !ok || src.Body[in.ValStart] != '[' {
 		return false
 	}
-	for _, b := range r.scan.Blobs {
-		if b.Start < in.ValStart || b.End > in.End || r.body[b.Start] != '"' {
+	for _, b := range src.Scan.Blobs {
+		if b.Start < in.ValStart || b.End > in.End || src.Body[b.Start] != '"' {
 			continue // not in an input item, or not a string: not a blob
 		}
-		if s.foreign(r, account, jsonscan.StringAt(r.body, b.Start, b.End)) {
+		if m.foreign(src, account, jsonscan.StringAt(src.Body, b.Start, b.End)) {
 			return true
 		}
 	}
 	return false
 }
 
+// inputOf is where src's body has its top-level input member.
+func inputOf(src *Sent) (jsonscan.Member, bool) {
+	for _, m := range src.Scan.Members {
+		if m.Key(src.Body) == "input" {
+			return m, true
+		}
+	}
+	return jsonscan.Member{}, false
+}
+
 // foreign reports whether blob must not go to account.
-func (s *Server) foreign(r *request, account, blob string) bool {
-	if r.unbindAll {
+func (m *Mints) foreign(src *Sent, account, blob string) bool {
+	if src.All {
 		return true
 	}
-	owner, ok := s.mints.owner(blob)
+	owner, ok := m.Owner(blob)
 	return ok && owner != account
 }
 
@@ -273,51 +305,50 @@ func developerNote(text string) []byte {
 	return append(b, `}]}`...)
 }
 
-// disown marks every blob of r that rotor knows no owner of as unreadable
-// by any account: account has just refused one of them.
-func (s *Server) disown(r *request) {
+// Disown marks every blob of body's input, and of parts (the items of a
+// socket's remembered conversation), that rotor knows no owner of as
+// unreadable by any account: an account has just refused one of them.
+func (m *Mints) Disown(body []byte, parts [][]byte) {
 	mark := func(items gjson.Result) {
 		items.ForEach(func(_, item gjson.Result) bool {
 			if b := item.Get("encrypted_content"); b.Type == gjson.String && b.Str != "" {
-				if _, ok := s.mints.owner(b.Str); !ok {
-					s.mints.learn(b.Str, unknownOwner)
+				if _, ok := m.Owner(b.Str); !ok {
+					m.Learn(b.Str, unknownOwner)
 				}
 			}
 			return true
 		})
 	}
-	if r.encoded || !bytes.Contains(r.body, encryptedKey) && r.prior == nil {
+	if !bytes.Contains(body, encryptedKey) && parts == nil {
 		return
 	}
-	mark(jsonscan.Get(r.body, "input"))
-	if r.prior != nil {
-		for _, p := range r.prior.Parts() {
-			if bytes.Contains(p, encryptedKey) {
-				mark(gjson.Parse("[" + string(p) + "]"))
-			}
+	mark(jsonscan.Get(body, "input"))
+	for _, p := range parts {
+		if bytes.Contains(p, encryptedKey) {
+			mark(gjson.Parse("[" + string(p) + "]"))
 		}
 	}
 }
 
-// turnStateHeader carries the backend's sticky routing within a turn: an
+// TurnStateHeader carries the backend's sticky routing within a turn: an
 // upstream sets it on its answer (a socket's handshake, an HTTP answer),
 // Codex sends it back with the turn's next requests. Like a blob it
 // belongs to the account that set it.
-const turnStateHeader = "x-codex-turn-state"
+const TurnStateHeader = "x-codex-turn-state"
 
-// learnTurnState records the turn state an answer of account set.
-func (s *Server) learnTurnState(v []byte, account string) {
+// LearnTurnState records the turn state an answer of account set.
+func (m *Mints) LearnTurnState(v []byte, account string) {
 	if len(v) > 0 {
-		s.mints.learn(string(v), account)
+		m.Learn(string(v), account)
 	}
 }
 
-// foreignTurnState reports whether the turn state v, sent by the client,
+// ForeignTurnState reports whether the turn state v, sent by the client,
 // was set by an account other than account; such a one is not sent.
-func (s *Server) foreignTurnState(v []byte, account string) bool {
+func (m *Mints) ForeignTurnState(v []byte, account string) bool {
 	if len(v) == 0 {
 		return false
 	}
-	owner, ok := s.mints.owner(string(v))
+	owner, ok := m.Owner(string(v))
 	return ok && owner != account
 }
