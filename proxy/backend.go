@@ -25,17 +25,6 @@ import (
 // backend): what of a request, an answer and the pool each rule needs,
 // and what it gives back, set where the request path keeps it.
 
-// The server's ledgers of the backend's rules (docs/codex.md): who minted
-// each account-bound blob relayed, the requests behind the compactions
-// relayed, the installation id each account is shown, and the pool's
-// access tokens Codex signed in may send.
-type (
-	mints       = backend.Mints
-	compactions = backend.Compactions
-	identities  = backend.Identities
-	poolTokens  = backend.Tokens
-)
-
 // unbind is body as account may send it (backend.Mints.Unbind): what
 // another account minted taken out, or made again by redo. r.contextCut
 // says whether a compaction had to go, for this attempt's account.
@@ -63,19 +52,6 @@ func (s *Server) disown(r *request) {
 		parts = r.prior.Parts()
 	}
 	s.mints.Disown(r.body, parts)
-}
-
-// turnStateHeader carries the backend's sticky routing within a turn
-// (backend.TurnStateHeader).
-const turnStateHeader = backend.TurnStateHeader
-
-// learnTurnState records the turn state an answer of account set.
-func (s *Server) learnTurnState(v []byte, account string) { s.mints.LearnTurnState(v, account) }
-
-// foreignTurnState reports whether the turn state v, sent by the client,
-// was set by an account other than account; such a one is not sent.
-func (s *Server) foreignTurnState(v []byte, account string) bool {
-	return s.mints.ForeignTurnState(v, account)
 }
 
 // compactionSource is the request r stands for, when r asks for a
@@ -298,9 +274,6 @@ func bearerOf(h *fasthttp.RequestHeader) []byte {
 	return nil
 }
 
-// backendPrefix is where Codex's chatgpt_base_url points at rotor.
-const backendPrefix = backend.Prefix
-
 // passThrough sends a call under /backend-api/ that carries the access
 // token of account id to that account's ChatGPT base, unchanged (method,
 // the request target as the client sent it, body), as that account and
@@ -318,7 +291,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	rest, ok := backend.Target(ctx.Request.Header.RequestURI())
 	if !ok {
 		s.refuse(w, r, rerr.Spec{Code: rerr.ProxyBadRequest,
-			Message: "rotor does not pass this target through: under " + backendPrefix + " a path must name no . or .. segment, in any encoding"}, nil)
+			Message: "rotor does not pass this target through: under " + backend.Prefix + " a path must name no . or .. segment, in any encoding"}, nil)
 		closeAfterAnswer(ctx) // its body is not read
 		return
 	}
@@ -357,7 +330,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 	// Redacting may change the body's length: it goes chunked, whose end
 	// the client sees, so an answer cut upstream is cut for it too.
 	ctx.Response.Header.Del("Content-Length")
-	pb := &passBody{resp: resp, s: s, id: r.id, path: backendPrefix + backend.RawPath(rest), account: pool.IndexOf(id)}
+	pb := &passBody{resp: resp, s: s, id: r.id, path: backend.Prefix + backend.RawPath(rest), account: pool.IndexOf(id)}
 	src := resp.BodyStream()
 	pb.Reset(src, sec)
 	if pb.streamed = src != nil; !pb.streamed {

@@ -335,8 +335,8 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 	req.Header.SetMethodBytes(r.header.Method())
 	headerrules.CopyRequest(&req.Header, r.header)
 	s.ownIdentityHeaders(r, a.ID, req.Header.Peek, req.Header.Set)
-	if s.foreignTurnState(req.Header.Peek(turnStateHeader), a.ID) {
-		req.Header.Del(turnStateHeader)
+	if s.mints.ForeignTurnState(req.Header.Peek(backend.TurnStateHeader), a.ID) {
+		req.Header.Del(backend.TurnStateHeader)
 	}
 	ad.setHeaders(&req.Header, a.ChatGPTAccountID, *sec)
 	if r.op != opModels {
@@ -353,7 +353,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 //go:noinline
 func (s *Server) answered(resp *fasthttp.Response, id, endpoint string) bool {
 	s.endpoints.MarkUp(endpoint)
-	s.learnTurnState(resp.Header.Peek(turnStateHeader), id)
+	s.mints.LearnTurnState(resp.Header.Peek(backend.TurnStateHeader), id)
 	if q := backend.ParseQuota(s.deps.Clock.Now(), &resp.Header); q != nil {
 		s.runtime().SetQuota(id, *q)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rotorproxy/rotor/accounts"
 	rerr "github.com/rotorproxy/rotor/errors"
+	"github.com/rotorproxy/rotor/proxy/backend"
 	"github.com/rotorproxy/rotor/proxy/promtext"
 	"github.com/rotorproxy/rotor/proxy/websocket"
 	"github.com/rotorproxy/rotor/rotation"
@@ -30,7 +31,7 @@ const (
 	opChat
 	opModels
 	opHealth // answered by rotor itself, never forwarded
-	// Codex's usage limits, also answered by rotor itself (usagelimits.go).
+	// Codex's usage limits, also answered by rotor itself (answerUsageLimits).
 	opUsageLimits
 	// The metrics, answered by rotor itself (answerMetrics).
 	opMetrics
@@ -158,7 +159,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
 		return 0, false
 	}
 	rt, ok := routes[string(ctx.Path())]
-	if !ok && signedIn != "" && bytes.HasPrefix(ctx.Path(), []byte(backendPrefix)) {
+	if !ok && signedIn != "" && bytes.HasPrefix(ctx.Path(), []byte(backend.Prefix)) {
 		s.passThrough(ctx, r, signedIn)
 		return 0, false
 	}

@@ -234,7 +234,7 @@ func (rl *relay) onEvent(e sse.Event) {
 		}
 	case e.Type == "codex.response.metadata" || e.Type == "response.metadata":
 		// A socket's turn state comes in an event, not a header.
-		rl.s.learnTurnState([]byte(e.Field("headers.x-codex-turn-state").Str), rl.choice.Account.ID)
+		rl.s.mints.LearnTurnState([]byte(e.Field("headers.x-codex-turn-state").Str), rl.choice.Account.ID)
 	}
 }
 

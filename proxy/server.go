@@ -213,10 +213,10 @@ type Server struct {
 	sockets     websocket.Set
 	quiet       quietConns
 	noSockets   websocket.NoSockets // endpoints that refused a WebSocket upgrade
-	mints       mints               // who minted each account-bound blob relayed (docs/codex.md)
-	identities  identities          // the installation id each account is shown (docs/codex.md)
-	compactions compactions         // the requests behind the compactions relayed (docs/codex.md)
-	tokens      poolTokens          // the pool's access tokens Codex signed in may send (docs/codex.md)
+	mints       backend.Mints       // who minted each account-bound blob relayed (docs/codex.md)
+	identities  backend.Identities  // the installation id each account is shown (docs/codex.md)
+	compactions backend.Compactions // the requests behind the compactions relayed (docs/codex.md)
+	tokens      backend.Tokens      // the pool's access tokens Codex signed in may send (docs/codex.md)
 	metrics     *metrics.Metrics
 	costs       *metrics.Costs // the dollars in /metrics (docs/cost.md)
 }

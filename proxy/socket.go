@@ -37,7 +37,7 @@ const transportWebSocket = "websocket"
 // Codex reads on its own (docs/codex.md): the turn's sticky routing, the
 // models list's version, the model, and whether past reasoning is
 // counted upstream (without it Codex estimates and compacts sooner).
-var handshakeEchoes = []string{turnStateHeader, "x-models-etag", "openai-model", "x-reasoning-included"}
+var handshakeEchoes = []string{backend.TurnStateHeader, "x-models-etag", "openai-model", "x-reasoning-included"}
 
 // socket is one client's Responses WebSocket, as the request path sees
 // it: the transport's socket and what each of its requests carries.
@@ -340,8 +340,8 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 	}
 	h := websocket.DialHeader(r.header)
 	s.ownIdentityHeaders(r, a.ID, func(k string) []byte { return []byte(h.Get(k)) }, h.Set)
-	if s.foreignTurnState([]byte(h.Get(turnStateHeader)), a.ID) {
-		h.Del(turnStateHeader)
+	if s.mints.ForeignTurnState([]byte(h.Get(backend.TurnStateHeader)), a.ID) {
+		h.Del(backend.TurnStateHeader)
 	}
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	d := websocket.Dialer{NetDial: upstream.DialWatched(r.watch, rt.Dial), TLSDial: upstream.DialWatched(r.watch, rt.DialTLS),
@@ -357,7 +357,7 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 			s.runtime().SetQuota(a.ID, *q)
 		}
 		s.endpoints.MarkUp(endpoint)
-		s.learnTurnState(hdr.Peek(turnStateHeader), a.ID)
+		s.mints.LearnTurnState(hdr.Peek(backend.TurnStateHeader), a.ID)
 		sk.Up = up
 		return nil, true
 	case ref.Status < 400, ref.Status == http.StatusNotFound, ref.Status == http.StatusMethodNotAllowed,
