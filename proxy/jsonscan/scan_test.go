@@ -167,8 +167,8 @@ func TestScanBodyNotesBlobs(t *testing.T) {
 // plain text, of prose (a newline escape every 200 bytes, no quote), 2 MiB of history as Codex sends it (code, with a quote
 // or newline escape every 30 bytes or so, in many small items), and the
 // escape-heavy shapes of make bench-load (issue 45): a pasted file, an
-// escape every 20 bytes or so, and Codex's history with its tool output,
-// one every 10–20.
+// escape every 20 bytes or so, in a Responses and a Chat Completions
+// body, and Codex's history with its tool output, one every 10–20.
 func BenchmarkScanBody(b *testing.B) {
 	const shapeSize = 2 << 20 // as proxy's stage benchmarks
 	item := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"func main() {\n\tfmt.Println(\"hello\")\n}\n\u00e9 done"}]},`
@@ -177,6 +177,7 @@ func BenchmarkScanBody(b *testing.B) {
 		"history":       `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
 		"prose":         `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat(strings.Repeat("history ", 25)+`\n`, 1<<18/25) + `"}],"stream":true}`,
 		"pasted-file":   string(upstreamtest.PastedFileResponses(shapeSize, false)),
+		"pasted-chat":   string(upstreamtest.PastedFileChat(shapeSize, false)),
 		"codex-history": string(upstreamtest.CodexHistory(shapeSize, func() string { return "gAAAAABo-blob" + strings.Repeat("x", 700) })),
 	} {
 		b.Run(name, func(b *testing.B) {
