@@ -72,9 +72,15 @@ func Get(data []byte, path string) gjson.Result {
 // members in s. History is mostly text, and str skips text fast; see
 // there for the one laxity this buys.
 func Scan(body []byte, s *Scanned) bool {
+	return scan(body, s, false)
+}
+
+// scan is Scan; plain keeps it to the Go reading of dense text (and
+// marks), for tests to hold the assembly to.
+func scan(body []byte, s *Scanned, plain bool) bool {
 	s.Members, s.Blobs = s.array[:0], s.Blobs[:0]
 	s.NTurns, s.Conversation, s.AllTurns, s.Object = 0, Span{}, false, false
-	p := scanner{b: body, rec: s}
+	p := scanner{b: body, rec: s, plain: plain}
 	i := p.space(0)
 	if i < len(body) && body[i] == '{' {
 		s.Object = true
@@ -185,10 +191,12 @@ func StringAt(body []byte, from, to int) string {
 
 // scanner walks one body. Each method takes the index where its element
 // starts and returns the index just past it, or -1 when the body is not
-// valid JSON there. rec, when set, gets the spans of the body's blobs.
+// valid JSON there. rec, when set, gets the spans of the body's blobs;
+// plain, when set, keeps dense text from the assembly (tests).
 type scanner struct {
-	b   []byte
-	rec *Scanned
+	b     []byte
+	rec   *Scanned
+	plain bool
 }
 
 func (p scanner) space(i int) int {
@@ -385,8 +393,19 @@ dense:
 	// its quotes and backslashes marked, which bytes the backslashes
 	// escape is worked out from the marks alone, and only the escaped
 	// bytes are looked at. A block without a backslash turns back to the
-	// chunked reading.
+	// chunked reading. Where there is assembly for it, dense reads the
+	// blocks this loop would, up to the first that needs Go: a \u escape
+	// (rare), an invalid one, or no backslash.
 	for i+64 <= len(b) {
+		if haveDense && !p.plain {
+			var found bool
+			if i, found = dense(b, i); found {
+				return i
+			}
+			if i+64 > len(b) {
+				break
+			}
+		}
 		q, bs := marks((*[64]byte)(b[i:]))
 		if bs == 0 {
 			if q != 0 {
