@@ -19,7 +19,8 @@ var haveDense = cpu.X86.HasAVX2
 // block and the loop per escape in Go cost more than the reading. It
 // returns the index past the closing quote and true, or the first block
 // it leaves to Go and false: one past len(b)-64, one with no backslash,
-// or one with a \u or invalid escape before its first unescaped quote.
+// or one with an invalid escape, or a \u escape whose digits cross into
+// the next block, before its first unescaped quote.
 //
 //go:noescape
 func dense(b []byte, i int) (j int, found bool)

@@ -86,14 +86,36 @@ DATA	hiClass<>+16(SB)/8, $0x0804020000010000
 DATA	hiClass<>+24(SB)/8, $0x0000000000000000
 GLOBL	hiClass<>(SB), RODATA|NOPTR, $32
 
+// A \u escape's u, and hex digits by nibble: high 3 is class 1, 4 and 6
+// class 2; low 0-9 are in class 1, 1-6 in class 2 as well.
+DATA	letterU<>+0(SB)/8, $0x7575757575757575
+DATA	letterU<>+8(SB)/8, $0x7575757575757575
+DATA	letterU<>+16(SB)/8, $0x7575757575757575
+DATA	letterU<>+24(SB)/8, $0x7575757575757575
+GLOBL	letterU<>(SB), RODATA|NOPTR, $32
+
+DATA	hexLo<>+0(SB)/8, $0x0103030303030301
+DATA	hexLo<>+8(SB)/8, $0x0000000000000101
+DATA	hexLo<>+16(SB)/8, $0x0103030303030301
+DATA	hexLo<>+24(SB)/8, $0x0000000000000101
+GLOBL	hexLo<>(SB), RODATA|NOPTR, $32
+
+DATA	hexHi<>+0(SB)/8, $0x0002000201000000
+DATA	hexHi<>+8(SB)/8, $0x0000000000000000
+DATA	hexHi<>+16(SB)/8, $0x0002000201000000
+DATA	hexHi<>+24(SB)/8, $0x0000000000000000
+GLOBL	hexHi<>(SB), RODATA|NOPTR, $32
+
 // func dense(b []byte, i int) (j int, found bool)
 //
 // The loop of str's dense reading kept in one call: per block of 64
 // bytes, the marks of quotes and backslashes, the bytes the backslashes
 // escape (escaped, in scalar code), and the escaped bytes that are not a
-// two-byte escape (a \u, or invalid), all without a branch per escape.
-// It stops at a block Go must read: one with no backslash, or with such
-// an escape before its first unescaped quote.
+// two-byte escape, all without a branch per escape; those few are
+// checked to be \u escapes in the same block. It stops at a block Go
+// must read: one with no backslash, or with an invalid escape, or a \u
+// whose digits cross into the next block, before its first unescaped
+// quote.
 //
 // Unlike str's Go loop, which starts the next block at a backslash that
 // ends one (64-pending), blocks here are 64 bytes apart and the pending
@@ -192,28 +214,82 @@ block:
 	ANDQ	R12, R8
 	ORQ	R8, R9 // escaped bytes
 
-	ANDQ	R9, DI  // escapes Go must read
+	ANDQ	R9, DI  // escaped bytes no two-byte escape ends
 	NOTQ	R9
 	ANDQ	R9, AX  // unescaped quotes
+	// Only escapes before the first unescaped quote count: the bits up
+	// to it are AX^(AX-1), every bit when there is none.
+	LEAQ	-1(AX), R8
+	XORQ	AX, R8
+	ANDQ	R8, DI
+	JNZ	unicode
+
+checked:
+	TESTQ	AX, AX
 	JNZ	quote
-	TESTQ	DI, DI
-	JNZ	stop
 	ADDQ	$64, CX
 	JMP	block
 
 quote:
-	// Only escapes before the first unescaped quote count: the bits
-	// up to it are AX^(AX-1).
-	LEAQ	-1(AX), R8
-	XORQ	AX, R8
-	TESTQ	R8, DI
-	JNZ	stop
 	BSFQ	AX, AX
 	LEAQ	1(CX)(AX*1), AX
 	MOVQ	AX, j+32(FP)
 	MOVB	$1, found+40(FP)
 	VZEROUPPER
 	RET
+
+unicode:
+	// DI's escaped bytes may be a u and four hex digits (a \u escape),
+	// else the text is invalid and Go says so. Hex digits are neither
+	// quotes nor backslashes, so the marks above stand. A \u whose
+	// digits reach past the block is left to Go.
+	MOVQ	DI, R8
+	SHRQ	$59, R8
+	JNZ	stop
+	VMOVDQU	letterU<>(SB), Y6
+	VPCMPEQB	Y0, Y6, Y2
+	VPMOVMSKB	Y2, R8
+	VPCMPEQB	Y1, Y6, Y3
+	VPMOVMSKB	Y3, BX
+	SHLQ	$32, BX
+	ORQ	BX, R8 // the block's u's
+	MOVQ	DI, R9
+	ORQ	R8, R9
+	XORQ	R8, R9 // DI's bytes that are not u
+	JNZ	stop
+	VMOVDQU	hexLo<>(SB), Y6
+	VMOVDQU	hexHi<>(SB), Y7
+	VPAND	Y0, Y10, Y4
+	VPSHUFB	Y4, Y6, Y4
+	VPSRLW	$4, Y0, Y5
+	VPAND	Y5, Y10, Y5
+	VPSHUFB	Y5, Y7, Y5
+	VPAND	Y4, Y5, Y4
+	VPCMPEQB	Y4, Y13, Y4
+	VPMOVMSKB	Y4, R8
+	VPAND	Y1, Y10, Y4
+	VPSHUFB	Y4, Y6, Y4
+	VPSRLW	$4, Y1, Y5
+	VPAND	Y5, Y10, Y5
+	VPSHUFB	Y5, Y7, Y5
+	VPAND	Y4, Y5, Y4
+	VPCMPEQB	Y4, Y13, Y4
+	VPMOVMSKB	Y4, BX
+	SHLQ	$32, BX
+	ORQ	BX, R8 // not hex digits
+	// The four bytes after each u must all be hex digits.
+	MOVQ	DI, BX
+	SHLQ	$1, BX
+	MOVQ	BX, R9
+	SHLQ	$1, BX
+	ORQ	BX, R9
+	SHLQ	$1, BX
+	ORQ	BX, R9
+	SHLQ	$1, BX
+	ORQ	BX, R9
+	TESTQ	R9, R8
+	JNZ	stop
+	JMP	checked
 
 stop:
 	// Go reads from the block's start, or from the backslash before it
