@@ -159,7 +159,7 @@ func checkPlain(t *testing.T, body []byte, got bool, s *Scanned) {
 // body[0] to each other, and its verdict to encoding/json's.
 func checkStr(t *testing.T, body []byte) {
 	t.Helper()
-	got, want := scanner{b: body}.str(0), scanner{b: body, plain: true}.str(0)
+	got, want := scanner{b: body}.str(0), scanner{b: body, rec: &Scanned{plain: true}}.str(0)
 	if got != want {
 		t.Fatalf("str(%q) = %d, the plain reading %d", body, got, want)
 	}
