@@ -78,8 +78,9 @@ func Scan(body []byte, s *Scanned) bool {
 	return scan(body, s, false)
 }
 
-// scan is Scan; plain keeps it to the Go reading of dense text (and
-// marks), for tests to hold the assembly to.
+// scan is Scan; plain keeps dense text from dense and to str's own
+// loop, the reading there is on CPUs without AVX2 and other
+// architectures: tests hold the two to each other.
 func scan(body []byte, s *Scanned, plain bool) bool {
 	s.Members, s.Blobs = s.array[:0], s.Blobs[:0]
 	s.NTurns, s.Conversation, s.AllTurns, s.Object = 0, Span{}, false, false
@@ -397,9 +398,10 @@ dense:
 	// its quotes and backslashes marked, which bytes the backslashes
 	// escape is worked out from the marks alone, and only the escaped
 	// bytes are looked at. A block without a backslash turns back to the
-	// chunked reading. Where there is assembly for it, dense reads the
-	// blocks this loop would, up to the first that needs Go: a \u escape
-	// (rare), an invalid one, or no backslash.
+	// chunked reading. This loop is what costs on pasted files and tool
+	// output, so where there is assembly for it, dense reads the blocks
+	// it would, up to the first that needs Go: an invalid escape, a \u
+	// escape whose digits cross into the next block, or no backslash.
 	for i+64 <= len(b) {
 		if haveDense && (p.rec == nil || !p.rec.plain) {
 			var found bool
