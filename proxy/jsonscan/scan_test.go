@@ -58,6 +58,7 @@ func checkScan(t *testing.T, body []byte) {
 	t.Helper()
 	var s Scanned
 	got := Scan(body, &s)
+	checkPlain(t, body, got, &s)
 	// encoding/json's verdict, but for the one laxity Scan allows:
 	// raw control characters inside strings.
 	if want := json.Valid(body); got != want && (want || !bytes.ContainsFunc(body, func(r rune) bool { return r < 0x20 })) {
@@ -141,6 +142,88 @@ func checkTurns(t *testing.T, body []byte, s *Scanned) {
 	}
 }
 
+// checkPlain holds Scan's result on body, got and s, to the plain-Go
+// reading's (no assembly for dense text), field by field: the assembly
+// must change nothing but the time.
+func checkPlain(t *testing.T, body []byte, got bool, s *Scanned) {
+	t.Helper()
+	var w Scanned
+	if want := scan(body, &w, true); got != want || s.Object != w.Object || !slices.Equal(s.Members, w.Members) ||
+		!slices.Equal(s.Blobs, w.Blobs) || s.Turns != w.Turns || s.NTurns != w.NTurns ||
+		s.Conversation != w.Conversation || s.AllTurns != w.AllTurns {
+		t.Fatalf("Scan(%q) = %v %+v, the plain reading %v %+v", body, got, s, want, &w)
+	}
+}
+
+// checkStr holds str, with and without the assembly, on the string at
+// body[0] to each other, and its verdict to encoding/json's.
+func checkStr(t *testing.T, body []byte) {
+	t.Helper()
+	got, want := scanner{b: body}.str(0), scanner{b: body, rec: &Scanned{plain: true}}.str(0)
+	if got != want {
+		t.Fatalf("str(%q) = %d, the plain reading %d", body, got, want)
+	}
+	if got >= 0 && !json.Valid(body[:got]) && !bytes.ContainsFunc(body[:got], func(r rune) bool { return r < 0x20 }) {
+		t.Fatalf("str(%q) = %d, encoding/json refuses %q", body, got, body[:got])
+	}
+}
+
+// denseText turns fuzz input into the text of a long string dense with
+// escapes, each input byte one piece of it: what dense is fast on, and
+// every piece that makes it stop.
+func denseText(data []byte) []byte {
+	pieces := []string{`\`, `"`, `n`, `\`, `
+`, `"`, `u`, `0`, `a`, `G`, `/`, `x`, "\u00e9", "¢", "Ü", `xxxxxxxxxxxxxxx`}
+	b := []byte{'"'}
+	for _, c := range data {
+		b = append(b, pieces[c%uint8(len(pieces))]...)
+		if c >= 240 {
+			b = append(b, bytes.Repeat([]byte{'y'}, int(c-240)*8)...)
+		}
+	}
+	return b
+}
+
+// FuzzDenseStrings holds the assembly reading of long, escape-dense
+// strings to the plain-Go reading, directly (str) and through Scan.
+func FuzzDenseStrings(f *testing.F) {
+	f.Add([]byte("\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x04\x01"))
+	f.Add(bytes.Repeat([]byte{0, 3, 11, 4, 12, 11, 5, 255}, 20))
+	f.Add(bytes.Repeat([]byte{3, 3, 3, 0, 11, 11, 11, 11, 11}, 20))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		text := denseText(data)
+		checkStr(t, text)
+		checkScan(t, append(append([]byte(`{"a":`), text...), `,"b":[1]}`...))
+	})
+}
+
+// The assembly stops wherever the text needs Go, and its blocks start
+// 64 bytes apart where Go's start a byte back after a pending escape:
+// every byte after a backslash, at every place around blocks' ends,
+// and random dense text, read as the plain reading reads them.
+func TestDenseMatchesPlain(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for at := 0; at <= 140; at++ {
+			for _, lead := range []string{`\n`, `\\`, `\\\"`} {
+				checkStr(t, []byte(`"`+lead+strings.Repeat("x", at)+`\`+string([]byte{byte(c)})+"0e9A"+strings.Repeat(`y\t`, 30)+`"`))
+			}
+		}
+	}
+	rng := uint64(7)
+	for range 20000 {
+		data := make([]byte, 10+rng>>40%200)
+		for k := range data {
+			rng = rng*6364136223846793005 + 1442695040888963407
+			data[k] = byte(rng >> 56)
+			if data[k] >= 240 {
+				data[k] = 3 // few long runs: keep the text dense
+			}
+		}
+		checkStr(t, denseText(data))
+	}
+}
+
 // Scan notes every encrypted_content value, at any depth, and nothing
 // else: what unbind looks at instead of searching the body again.
 func TestScanBodyNotesBlobs(t *testing.T) {
@@ -167,8 +250,8 @@ func TestScanBodyNotesBlobs(t *testing.T) {
 // plain text, of prose (a newline escape every 200 bytes, no quote), 2 MiB of history as Codex sends it (code, with a quote
 // or newline escape every 30 bytes or so, in many small items), and the
 // escape-heavy shapes of make bench-load (issue 45): a pasted file, an
-// escape every 20 bytes or so, and Codex's history with its tool output,
-// one every 10–20.
+// escape every 20 bytes or so, in a Responses and a Chat Completions
+// body, and Codex's history with its tool output, one every 10–20.
 func BenchmarkScanBody(b *testing.B) {
 	const shapeSize = 2 << 20 // as proxy's stage benchmarks
 	item := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"func main() {\n\tfmt.Println(\"hello\")\n}\n\u00e9 done"}]},`
@@ -177,6 +260,7 @@ func BenchmarkScanBody(b *testing.B) {
 		"history":       `{"model":"gpt-5","input":[` + strings.Repeat(item, (2<<20)/len(item)) + `{}],"stream":true}`,
 		"prose":         `{"model":"gpt-5","input":[{"role":"user","content":"` + strings.Repeat(strings.Repeat("history ", 25)+`\n`, 1<<18/25) + `"}],"stream":true}`,
 		"pasted-file":   string(upstreamtest.PastedFileResponses(shapeSize, false)),
+		"pasted-chat":   string(upstreamtest.PastedFileChat(shapeSize, false)),
 		"codex-history": string(upstreamtest.CodexHistory(shapeSize, func() string { return "gAAAAABo-blob" + strings.Repeat("x", 700) })),
 	} {
 		b.Run(name, func(b *testing.B) {
