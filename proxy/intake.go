@@ -191,8 +191,8 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
 
 // serveHTTP reads the body of a request route let through and serves it.
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, r *request, o op) {
-	body, release, spec := s.readBody(ctx)
-	defer release()
+	body, held, spec := s.readBody(ctx)
+	defer held.release()
 	if spec != nil {
 		s.refuseBody(ctx, r, spec)
 		return

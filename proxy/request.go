@@ -35,11 +35,11 @@ type request struct {
 	query  []byte
 	body   []byte
 	// raw is the body as it came when it came compressed in a coding
-	// rotor reads (docs/codex.md); body is then the decoded JSON, in a buffer
-	// freeBody returns.
+	// rotor reads (docs/codex.md); body is then the decoded JSON, in
+	// heldBody's buffer.
 	raw      []byte
 	coding   coding.Coding
-	freeBody func()
+	heldBody *bodyBuf
 
 	// What rotor reads in the body: its members (unless it is encoded in
 	// a coding rotor cannot read, and so opaque), the model and the
