@@ -391,7 +391,8 @@ func (s *Server) forAccount(r *request, ad Adapter, a *accounts.Account, sec *se
 // stream's first output event. A stream that fails before any output is
 // a failed attempt, so the loop can still try another account.
 func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (*answer, *failure) {
-	ans := &answer{resp: resp, answerForm: sh}
+	ans := &r.answer // one attempt at a time: no other answer of r is live
+	*ans = answer{resp: resp, answerForm: sh}
 	if sh == formModelList {
 		// Bounded like an error body: a catalog is small.
 		now := s.deps.Clock.Now()

@@ -66,6 +66,10 @@ type relay struct {
 	out    []byte
 	outOff int
 	cut    bool
+
+	// onEventFn is rl.onEvent, made once per pooled relay and kept when it
+	// is reset: a method value costs an allocation each time it is made.
+	onEventFn func(sse.Event)
 }
 
 const maxJSONUsage = 8 << 20
@@ -80,10 +84,15 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 	*rl = relay{
 		s: s, r: r, choice: *ch, status: resp.StatusCode(), resp: resp,
 		body: resp.BodyStream(), pending: ans.pending, held: ans.pending,
+		onEventFn: rl.onEventFn,
+	}
+	if rl.onEventFn == nil {
+		rl.onEventFn = rl.onEvent
 	}
 	r.handedOff = true // the relay finishes r, after the handler when over HTTP
 	if src, ok := compactionSource(r); ok {
-		rl.compactSrc = &src // a copy: r.body does not outlive the handler
+		kept := src // a copy: r.body does not outlive the handler
+		rl.compactSrc = &kept
 	}
 	if ans.ended {
 		rl.body = eofReader{}
@@ -99,7 +108,7 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 		rl.body = bytes.NewReader(resp.Body())
 	}
 	rl.isJSON = rl.assembled || bytes.HasPrefix(resp.Header.ContentType(), []byte("application/json"))
-	rl.scan.OnEvent = rl.onEvent
+	rl.scan.OnEvent = rl.onEventFn
 	rl.poolShown = shown
 	if ans.answerForm == formChatStream && !rl.assembled {
 		rl.chat = chat.NewStream(chatID(r.id), r.start.Unix(), r.model, r.chat.IncludeUsage,
@@ -305,7 +314,7 @@ func (rl *relay) CloseWithError(wErr error) error {
 	e.tokens, e.warn = rl.tokens, !complete
 	r := rl.r
 	s.finish(r, e)
-	*rl = relay{}
+	*rl = relay{onEventFn: rl.onEventFn}
 	relays.Put(rl)
 	r.release()
 	return nil

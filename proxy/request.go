@@ -115,6 +115,9 @@ type request struct {
 	// read once.
 	installationID   string
 	installationRead bool
+	// answer is the attempt's answer (readStart's), in r rather than
+	// allocated with every attempt; commit copies what it needs of it.
+	answer answer
 	// watch watches the client during the attempt in progress
 	// (watchedAttempt), nil between attempts.
 	watch *upstream.ClientWatch
@@ -158,9 +161,15 @@ func newHTTPRequest(header *fasthttp.RequestHeader) *request {
 
 // release returns a pooled request once nothing refers to it any more;
 // a request made otherwise (a socket's) is left to the collector.
+//
+// The arrays under attempted and verdicts are kept, emptied, for the
+// next request: nothing holds them past finish, and most requests would
+// otherwise allocate both anew for their one attempt.
 func (r *request) release() {
 	if r.pooled {
-		*r = request{}
+		attempted, verdicts := r.attempted[:0], r.verdicts[:0]
+		clear(r.attempted) // no account id is kept alive by a pooled request
+		*r = request{attempted: attempted, verdicts: verdicts}
 		requests.Put(r)
 	}
 }
