@@ -353,7 +353,7 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 		err = &upstream.DialError{Err: err}
 		return &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, true
 	case ref == nil:
-		if q := backend.ParseQuota(s.deps.Clock.Now(), hdr); q != nil {
+		if q := backend.QuotaOf(s.deps.Clock, hdr); q != nil {
 			s.runtime().SetQuota(a.ID, *q)
 		}
 		s.endpoints.MarkUp(endpoint)
