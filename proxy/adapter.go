@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
@@ -70,6 +71,19 @@ type Adapter interface {
 // HeaderSetter is the part of a request header an adapter writes; both
 // fasthttp's and net/http's request headers have it.
 type HeaderSetter interface{ Set(key, value string) }
+
+// setBearer sets Authorization to "Bearer " and token. fasthttp's header
+// copies the value, so for it the value is put together on the stack:
+// an API key fits, and costs no allocation per request; a longer token
+// (a ChatGPT access token) spills to the heap, as the concatenation did.
+func setBearer(h HeaderSetter, token string) {
+	if rh, ok := h.(*fasthttp.RequestHeader); ok {
+		var buf [256]byte
+		rh.SetBytesV("Authorization", append(append(buf[:0], "Bearer "...), token...))
+		return
+	}
+	h.Set("Authorization", "Bearer "+token)
+}
 
 // Adapters holds the adapter of each account kind over one pair of
 // upstream bases. It is the one place in proxy that maps a kind to its

@@ -32,7 +32,7 @@ func (apiKeyAdapter) url(base string, r *request) string {
 }
 
 func (apiKeyAdapter) setHeaders(h HeaderSetter, _ string, sec secrets.Secret) {
-	h.Set("Authorization", "Bearer "+sec.APIKey)
+	setBearer(h, sec.APIKey)
 }
 
 func (apiKeyAdapter) body(r *request) ([]byte, answerForm, error) {

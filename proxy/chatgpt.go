@@ -51,7 +51,7 @@ func (chatgptAdapter) url(base string, r *request) string {
 }
 
 func (chatgptAdapter) setHeaders(h HeaderSetter, chatgptAccountID string, sec secrets.Secret) {
-	h.Set("Authorization", "Bearer "+sec.AccessToken)
+	setBearer(h, sec.AccessToken)
 	if chatgptAccountID != "" {
 		h.Set("chatgpt-account-id", chatgptAccountID)
 	}

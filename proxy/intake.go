@@ -289,6 +289,11 @@ func loopbackHostPort(hp []byte) bool {
 			return false
 		}
 	}
+	// The hosts clients name, answered without making a string of host
+	// (LoopbackHost's parse keeps its argument): every request asks.
+	if string(host) == "127.0.0.1" || bytes.EqualFold(host, []byte("localhost")) {
+		return true
+	}
 	return LoopbackHost(string(host))
 }
 
