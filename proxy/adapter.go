@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -41,8 +42,9 @@ type Adapter interface {
 	// base is the upstream base of an account whose own base_url is
 	// accountBase ("" for the kind's configured one).
 	base(accountBase string) string
-	// url is where r goes upstream on base, query included.
-	url(base string, r *request) string
+	// appendURL appends to dst where r goes upstream on base, query
+	// included.
+	appendURL(dst []byte, base string, r *request) []byte
 	// setHeaders writes the kind's own headers and credentials. It takes
 	// values: the compiler assumes a method called through an interface
 	// keeps any pointer it is given, which would move every request's
@@ -136,11 +138,24 @@ func (u upstreamBase) base(accountBase string) string { return cmp.Or(accountBas
 
 // upstreamURL joins base, path and the query a request carries on.
 func upstreamURL(base, path string, query []byte) string {
-	u := strings.TrimRight(base, "/") + path
-	if q := strings.TrimSuffix(string(query), "&"); q != "" {
-		u += "?" + q
+	return string(appendUpstreamURL(nil, base, path, query))
+}
+
+// appendUpstreamURL is upstreamURL appended to dst.
+func appendUpstreamURL(dst []byte, base, path string, query []byte) []byte {
+	dst = append(append(dst, strings.TrimRight(base, "/")...), path...)
+	if q := bytes.TrimSuffix(query, []byte("&")); len(q) > 0 {
+		dst = append(append(dst, '?'), q...)
 	}
-	return u
+	return dst
+}
+
+// uriOf is where r goes upstream through ad on base, in r's own buffer,
+// which the request pool keeps: fasthttp copies it, so an attempt makes
+// no string of it.
+func (r *request) uriOf(ad Adapter, base string) []byte {
+	r.uri = ad.appendURL(r.uri[:0], base, r)
+	return r.uri
 }
 
 // probeRequest is the models-list probe on url with the headers ad sets.

@@ -335,7 +335,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 	body = r.wire(s.forAccount(r, ad, a, sec, body))
 	sh = s.listsAliases(r, a.Kind, sh)
 	req := fasthttp.AcquireRequest()
-	req.SetRequestURI(ad.url(base, r))
+	req.SetRequestURIBytes(r.uriOf(ad, base))
 	req.Header.SetMethodBytes(r.header.Method())
 	headerrules.CopyRequest(&req.Header, r.header)
 	s.ownIdentityHeaders(r, a.ID, req.Header.Peek, req.Header.Set)

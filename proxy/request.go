@@ -94,6 +94,7 @@ type request struct {
 	// account is tried unless probing lets one attempt through.
 	attempted   []string
 	verdicts    []verdict
+	uri         []byte // the attempt's upstream URI (uriOf)
 	lastIndex   int
 	unreachable []string
 	probing     bool
@@ -162,14 +163,17 @@ func newHTTPRequest(header *fasthttp.RequestHeader) *request {
 // release returns a pooled request once nothing refers to it any more;
 // a request made otherwise (a socket's) is left to the collector.
 //
-// The arrays under attempted and verdicts are kept, emptied, for the
-// next request: nothing holds them past finish, and most requests would
-// otherwise allocate both anew for their one attempt.
+// The arrays under attempted, verdicts and uri are kept, emptied, for
+// the next request: nothing holds them past finish, and most requests
+// would otherwise allocate them anew for their one attempt.
 func (r *request) release() {
 	if r.pooled {
-		attempted, verdicts := r.attempted[:0], r.verdicts[:0]
+		attempted, verdicts, uri := r.attempted[:0], r.verdicts[:0], r.uri[:0]
 		clear(r.attempted) // no account id is kept alive by a pooled request
-		*r = request{attempted: attempted, verdicts: verdicts}
+		if cap(uri) > 4<<10 {
+			uri = nil // a long query's: not kept for every request after
+		}
+		*r = request{attempted: attempted, verdicts: verdicts, uri: uri}
 		requests.Put(r)
 	}
 }
