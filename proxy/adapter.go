@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
 
 	"github.com/rotorproxy/rotor/accounts"
 	"github.com/rotorproxy/rotor/accounts/netproxy"
@@ -40,8 +42,9 @@ type Adapter interface {
 	// base is the upstream base of an account whose own base_url is
 	// accountBase ("" for the kind's configured one).
 	base(accountBase string) string
-	// url is where r goes upstream on base, query included.
-	url(base string, r *request) string
+	// appendURL appends to dst where r goes upstream on base, query
+	// included.
+	appendURL(dst []byte, base string, r *request) []byte
 	// setHeaders writes the kind's own headers and credentials. It takes
 	// values: the compiler assumes a method called through an interface
 	// keeps any pointer it is given, which would move every request's
@@ -70,6 +73,19 @@ type Adapter interface {
 // HeaderSetter is the part of a request header an adapter writes; both
 // fasthttp's and net/http's request headers have it.
 type HeaderSetter interface{ Set(key, value string) }
+
+// setBearer sets Authorization to "Bearer " and token. fasthttp's header
+// copies the value, so for it the value is put together on the stack:
+// an API key fits, and costs no allocation per request; a longer token
+// (a ChatGPT access token) spills to the heap, as the concatenation did.
+func setBearer(h HeaderSetter, token string) {
+	if rh, ok := h.(*fasthttp.RequestHeader); ok {
+		var buf [256]byte
+		rh.SetBytesV("Authorization", append(append(buf[:0], "Bearer "...), token...))
+		return
+	}
+	h.Set("Authorization", "Bearer "+token)
+}
 
 // Adapters holds the adapter of each account kind over one pair of
 // upstream bases. It is the one place in proxy that maps a kind to its
@@ -122,11 +138,24 @@ func (u upstreamBase) base(accountBase string) string { return cmp.Or(accountBas
 
 // upstreamURL joins base, path and the query a request carries on.
 func upstreamURL(base, path string, query []byte) string {
-	u := strings.TrimRight(base, "/") + path
-	if q := strings.TrimSuffix(string(query), "&"); q != "" {
-		u += "?" + q
+	return string(appendUpstreamURL(nil, base, path, query))
+}
+
+// appendUpstreamURL is upstreamURL appended to dst.
+func appendUpstreamURL(dst []byte, base, path string, query []byte) []byte {
+	dst = append(append(dst, strings.TrimRight(base, "/")...), path...)
+	if q := bytes.TrimSuffix(query, []byte("&")); len(q) > 0 {
+		dst = append(append(dst, '?'), q...)
 	}
-	return u
+	return dst
+}
+
+// uriOf is where r goes upstream through ad on base, in r's own buffer,
+// which the request pool keeps: fasthttp copies it, so an attempt makes
+// no string of it.
+func (r *request) uriOf(ad Adapter, base string) []byte {
+	r.uri = ad.appendURL(r.uri[:0], base, r)
+	return r.uri
 }
 
 // probeRequest is the models-list probe on url with the headers ad sets.

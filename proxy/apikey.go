@@ -27,12 +27,12 @@ func (ad apiKeyAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, s
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), apiKeyPaths[opModels], nil), a, sec)
 }
 
-func (apiKeyAdapter) url(base string, r *request) string {
-	return upstreamURL(base, apiKeyPaths[r.op], r.query)
+func (apiKeyAdapter) appendURL(dst []byte, base string, r *request) []byte {
+	return appendUpstreamURL(dst, base, apiKeyPaths[r.op], r.query)
 }
 
 func (apiKeyAdapter) setHeaders(h HeaderSetter, _ string, sec secrets.Secret) {
-	h.Set("Authorization", "Bearer "+sec.APIKey)
+	setBearer(h, sec.APIKey)
 }
 
 func (apiKeyAdapter) body(r *request) ([]byte, answerForm, error) {

@@ -295,8 +295,8 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, r *request, id string) {
 		closeAfterAnswer(ctx) // its body is not read
 		return
 	}
-	body, release, spec := s.readBody(ctx)
-	defer release()
+	body, held, spec := s.readBody(ctx)
+	defer held.release()
 	if spec != nil {
 		s.refuse(w, r, *spec, nil)
 		closeAfterAnswer(ctx) // as on every route: what is left of it is not read

@@ -375,11 +375,11 @@ func BenchmarkDecodeBody(b *testing.B) {
 			b.SetBytes(int64(len(plain)))
 			b.ReportAllocs()
 			for b.Loop() {
-				body, release, err := decodeBody(c, raw, 4*shapeSize)
+				body, held, err := decodeBody(c, raw, 4*shapeSize)
 				if err != nil || len(body) != len(plain) {
 					b.Fatalf("%d bytes, %v", len(body), err)
 				}
-				release()
+				held.release()
 			}
 		})
 	}

@@ -17,34 +17,47 @@ import (
 // A request's body: read once, bounded by --max-body as sent and as
 // decoded, in a buffer recycled when the request ends.
 
-// bodyPool recycles request body buffers: long Codex sessions send the
-// whole history, megabytes, with every turn.
+// bodyPool recycles request body buffers (*bodyBuf): long Codex
+// sessions send the whole history, megabytes, with every turn.
 var bodyPool sync.Pool
+
+// A bodyBuf is a body buffer of bodyPool, held until release gives it
+// back; a nil one holds none. A pointer with a method, rather than a
+// release closure, so that holding one costs no allocation per request.
+type bodyBuf []byte
+
+// release gives b back to bodyPool, unless it is too large to keep; the
+// body read into it must not be used after.
+func (b *bodyBuf) release() {
+	if b != nil && cap(*b) <= maxPooledBody {
+		*b = (*b)[:0]
+		bodyPool.Put(b)
+	}
+}
 
 // maxPooledBody keeps a rare huge body from pinning its buffer forever.
 const maxPooledBody = 8 << 20
 
 // readBody reads the request body, at most MaxBody bytes whether its
-// length is declared or chunked. release returns the buffer; the body
-// must not be used after it.
-func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, release func(), spec *rerr.Spec) {
-	release = func() {}
+// length is declared or chunked, in held (nil: fasthttp's own); the body
+// must not be used after held.release.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) (body []byte, held *bodyBuf, spec *rerr.Spec) {
 	n := ctx.Request.Header.ContentLength()
 	if n > s.cfg.MaxBody {
-		return nil, release, bodyTooLarge(s.cfg.MaxBody)
+		return nil, nil, bodyTooLarge(s.cfg.MaxBody)
 	}
 	stream := ctx.RequestBodyStream()
 	if stream == nil || n == 0 {
-		return ctx.Request.Body(), release, nil
+		return ctx.Request.Body(), nil, nil
 	}
-	body, release, err := readBounded(stream, n, s.cfg.MaxBody)
+	body, held, err := readBounded(stream, n, s.cfg.MaxBody)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		return nil, release, bodyTooLarge(s.cfg.MaxBody)
+		return nil, held, bodyTooLarge(s.cfg.MaxBody)
 	case err != nil:
-		return nil, release, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
+		return nil, held, &rerr.Spec{Code: rerr.ProxyBadRequest, Message: "cannot read the request body: " + err.Error()}
 	}
-	return body, release, nil
+	return body, held, nil
 }
 
 // errBodyTooLarge is readBounded's: the body, as sent or as decoded, is
@@ -53,25 +66,21 @@ var errBodyTooLarge = errors.New("request body is larger than the cap")
 
 // readBounded reads src to its end into a pooled buffer (sized for hint
 // bytes when known), at most limit bytes: one more is errBodyTooLarge,
-// and nothing past it is read. release returns the buffer; the body must
-// not be used after it.
+// and nothing past it is read. held.release returns the buffer; the body
+// must not be used after it.
 //
 // A body costs at most limit plus maxPooledBody, whether it is kept,
 // refused or decoded: see grow.
-func readBounded(src io.Reader, hint, limit int) (body []byte, release func(), err error) {
-	var buf []byte
-	if p, ok := bodyPool.Get().(*[]byte); ok {
-		buf = (*p)[:0]
+func readBounded(src io.Reader, hint, limit int) (body []byte, held *bodyBuf, err error) {
+	held, _ = bodyPool.Get().(*bodyBuf)
+	if held == nil {
+		held = new(bodyBuf)
 	}
+	buf := (*held)[:0]
+	defer func() { *held = buf }() // grown or not, the buffer release keeps
 	if hint >= cap(buf) {
 		// One more byte: the read that finds the end needs room.
 		buf = grow(buf, hint+1, limit+1)
-	}
-	release = func() {
-		if cap(buf) <= maxPooledBody {
-			buf = buf[:0]
-			bodyPool.Put(&buf)
-		}
 	}
 	for {
 		if len(buf) == cap(buf) {
@@ -80,13 +89,13 @@ func readBounded(src io.Reader, hint, limit int) (body []byte, release func(), e
 		n, err := src.Read(buf[len(buf):min(cap(buf), limit+1)])
 		buf = buf[:len(buf)+n]
 		if len(buf) > limit {
-			return nil, release, errBodyTooLarge
+			return nil, held, errBodyTooLarge
 		}
 		if err == io.EOF {
-			return buf, release, nil
+			return buf, held, nil
 		}
 		if err != nil {
-			return nil, release, err
+			return nil, held, err
 		}
 	}
 }
@@ -117,15 +126,15 @@ func bodyTooLarge(maxBody int) *rerr.Spec {
 
 // decodeBody decodes raw, compressed in c, into a buffer from bodyPool,
 // never holding more than limit+1 decoded bytes: a body that decodes to
-// more is errBodyTooLarge, however small raw is. release returns the
-// buffer; the body must not be used after it.
-func decodeBody(c coding.Coding, raw []byte, limit int) (body []byte, release func(), err error) {
+// more is errBodyTooLarge, however small raw is. held.release returns
+// the buffer; the body must not be used after it.
+func decodeBody(c coding.Coding, raw []byte, limit int) (body []byte, held *bodyBuf, err error) {
 	if c == coding.None {
-		return raw, func() {}, nil
+		return raw, nil, nil
 	}
 	dec, err := coding.NewReader(c, raw)
 	if err != nil {
-		return nil, func() {}, err
+		return nil, nil, err
 	}
 	defer dec.Close()
 	return readBounded(dec, 0, limit)
@@ -136,8 +145,8 @@ func decodeBody(c coding.Coding, raw []byte, limit int) (body []byte, release fu
 // refusal is 413 for a body that decodes to more than maxBody, as for one
 // sent that large, else 400.
 func (r *request) decode(c coding.Coding, maxBody int) *rerr.Spec {
-	body, release, err := decodeBody(c, r.body, maxBody)
-	r.freeBody = release
+	body, held, err := decodeBody(c, r.body, maxBody)
+	r.heldBody = held
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		return bodyTooLarge(maxBody)
@@ -152,9 +161,7 @@ func (r *request) decode(c coding.Coding, maxBody int) *rerr.Spec {
 // free returns the buffer of r's decoded body, once r no longer needs
 // it: after Server.serve, as readBody's buffer after handle.
 func (r *request) free() {
-	if r.freeBody != nil {
-		r.freeBody()
-	}
+	r.heldBody.release()
 }
 
 // wire is what goes upstream for body, the adapter's body for r. Only a

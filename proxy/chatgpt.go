@@ -40,18 +40,18 @@ func (ad chatgptAdapter) ProbeRequest(ctx context.Context, a *accounts.Account, 
 	return probeRequest(ctx, ad, upstreamURL(ad.base(a.BaseURL), chatgptPaths[opModels], nil), a, sec)
 }
 
-func (chatgptAdapter) url(base string, r *request) string {
+func (chatgptAdapter) appendURL(dst []byte, base string, r *request) []byte {
 	q := r.query
 	if r.op == opModels && !r.codexClient {
 		// The Codex backend lists models for a Codex version; a generic
 		// client names none.
 		q = append([]byte("client_version="+codexClientVersion+"&"), q...)
 	}
-	return upstreamURL(base, chatgptPaths[r.op], q)
+	return appendUpstreamURL(dst, base, chatgptPaths[r.op], q)
 }
 
 func (chatgptAdapter) setHeaders(h HeaderSetter, chatgptAccountID string, sec secrets.Secret) {
-	h.Set("Authorization", "Bearer "+sec.AccessToken)
+	setBearer(h, sec.AccessToken)
 	if chatgptAccountID != "" {
 		h.Set("chatgpt-account-id", chatgptAccountID)
 	}

@@ -42,14 +42,14 @@ func TestDecodeBodyCap(t *testing.T) {
 		c, _ := coding.Parse([]byte(cd.Header))
 		for _, n := range []int{0, 1, limit - 1, limit, limit + 1, 3 * limit} {
 			plain := bytes.Repeat([]byte("{}"), n/2+1)[:n]
-			body, release, err := decodeBody(c, compress(t, cd.Name, plain), limit)
+			body, held, err := decodeBody(c, compress(t, cd.Name, plain), limit)
 			switch {
 			case n > limit && !errors.Is(err, errBodyTooLarge):
 				t.Errorf("%s, %d bytes: err %v, want errBodyTooLarge", cd.Name, n, err)
 			case n <= limit && (err != nil || !bytes.Equal(body, plain)):
 				t.Errorf("%s, %d bytes: got %d bytes, err %v", cd.Name, n, len(body), err)
 			}
-			release()
+			held.release()
 		}
 	}
 }
@@ -66,11 +66,11 @@ func FuzzDecodeBody(f *testing.F) {
 	const limit = 4 << 10
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, c := range []coding.Coding{coding.Zstd, coding.Gzip, coding.Deflate} {
-			body, release, err := decodeBody(c, data, limit)
+			body, held, err := decodeBody(c, data, limit)
 			if len(body) > limit || err != nil && body != nil {
 				t.Fatalf("%s: %d bytes, err %v", c, len(body), err)
 			}
-			release()
+			held.release()
 		}
 	})
 }

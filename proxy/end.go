@@ -49,7 +49,7 @@ func (s *Server) finish(r *request, e ending) {
 	// the backend spent them on this request (docs/selection.md).
 	onCredits := false
 	if ch := e.choice; ch != nil && r.counted {
-		onCredits = e.status < 300 && s.runtime().OnCredits(id, ch.Family)
+		onCredits = e.status < 300 && s.runtime().OnCredits(id, ch.Family, now)
 	}
 	if r.counted && s.deps.Usage != nil {
 		rec := usage.Record{Time: now.UTC(), RequestID: r.id, AccountID: id, Model: r.model,

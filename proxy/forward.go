@@ -244,13 +244,17 @@ func (f *failure) answered() bool { return f.status != 0 && !f.own }
 func (s *Server) attempt(r *request, ch *rotation.Choice) (*answer, *failure) {
 	a := &ch.Account
 	ad := s.adapters.For(a.Kind)
+	now := ch.At // the pick's reading of the clock, µs old: the secret's cache and expiry go by it
+	if now.IsZero() {
+		now = s.deps.Clock.Now() // a choice Pick did not make
+	}
 	var sec secrets.Secret
-	if f := s.secretOf(r, ch, &sec); f != nil {
+	if f := s.secretOf(r, ch, now, &sec); f != nil {
 		return nil, f
 	}
 	refresh := ad.Refreshes() && s.deps.Refresher != nil
 	refreshed := false
-	if refresh && !sec.ExpiresAt.IsZero() && sec.ExpiresAt.Sub(s.deps.Clock.Now()) < 5*time.Minute {
+	if refresh && !sec.ExpiresAt.IsZero() && sec.ExpiresAt.Sub(now) < 5*time.Minute {
 		refreshed = true
 		s.refreshInto(r, ch, &sec)
 	}
@@ -331,7 +335,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 	body = r.wire(s.forAccount(r, ad, a, sec, body))
 	sh = s.listsAliases(r, a.Kind, sh)
 	req := fasthttp.AcquireRequest()
-	req.SetRequestURI(ad.url(base, r))
+	req.SetRequestURIBytes(r.uriOf(ad, base))
 	req.Header.SetMethodBytes(r.header.Method())
 	headerrules.CopyRequest(&req.Header, r.header)
 	s.ownIdentityHeaders(r, a.ID, req.Header.Peek, req.Header.Set)
@@ -354,7 +358,7 @@ func (s *Server) upstreamRequest(r *request, ad Adapter, a *accounts.Account, se
 func (s *Server) answered(resp *fasthttp.Response, id, endpoint string) bool {
 	s.endpoints.MarkUp(endpoint)
 	s.mints.LearnTurnState(resp.Header.Peek(backend.TurnStateHeader), id)
-	if q := backend.ParseQuota(s.deps.Clock.Now(), &resp.Header); q != nil {
+	if q := backend.QuotaOf(s.deps.Clock, &resp.Header); q != nil {
 		s.runtime().SetQuota(id, *q)
 	}
 	status := resp.StatusCode()
@@ -391,7 +395,8 @@ func (s *Server) forAccount(r *request, ad Adapter, a *accounts.Account, sec *se
 // stream's first output event. A stream that fails before any output is
 // a failed attempt, so the loop can still try another account.
 func (s *Server) readStart(r *request, resp *fasthttp.Response, sh answerForm) (*answer, *failure) {
-	ans := &answer{resp: resp, answerForm: sh}
+	ans := &r.answer // one attempt at a time: no other answer of r is live
+	*ans = answer{resp: resp, answerForm: sh}
 	if sh == formModelList {
 		// Bounded like an error body: a catalog is small.
 		now := s.deps.Clock.Now()

@@ -119,3 +119,19 @@ func TestEntitlementAndUsageLimitIsRetryablePoolExhausted(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopbackHostPort holds which Host headers are loopback: the
+// literals clients send, any other loopback address, with or without a
+// port, and nothing with a zone, a trailing dot or another host after it.
+func TestLoopbackHostPort(t *testing.T) {
+	for hp, want := range map[string]bool{
+		"127.0.0.1": true, "127.0.0.1:8080": true, "localhost": true, "LocalHost:80": true,
+		"127.1.2.3": true, "[::1]:80": true, "[::ffff:127.0.0.1]": true, "[0:0:0:0:0:0:0:1]": true,
+		"[::1%25lo]": false, "[::1%lo]:80": false, "127.0.0.1.": false, "127.0.0.01": false,
+		"localhost:80@evil.com": false, "1.2.3.4": false, "": false, "[::1]x": false, "localhost.": false,
+	} {
+		if got := loopbackHostPort([]byte(hp)); got != want {
+			t.Errorf("loopbackHostPort(%q) = %v, want %v", hp, got, want)
+		}
+	}
+}

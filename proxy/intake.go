@@ -191,8 +191,8 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) (op, bool) {
 
 // serveHTTP reads the body of a request route let through and serves it.
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, r *request, o op) {
-	body, release, spec := s.readBody(ctx)
-	defer release()
+	body, held, spec := s.readBody(ctx)
+	defer held.release()
 	if spec != nil {
 		s.refuseBody(ctx, r, spec)
 		return
@@ -288,6 +288,11 @@ func loopbackHostPort(hp []byte) bool {
 		if c < '0' || c > '9' {
 			return false
 		}
+	}
+	// The hosts clients name, answered without making a string of host
+	// (LoopbackHost's parse keeps its argument): every request asks.
+	if string(host) == "127.0.0.1" || bytes.EqualFold(host, []byte("localhost")) {
+		return true
 	}
 	return LoopbackHost(string(host))
 }

@@ -46,7 +46,8 @@ type relay struct {
 	ttfb    time.Duration
 	err     error // sticky: the upstream's io.EOF or failure
 	scan    sse.Scanner
-	tokens  *usage.Tokens
+	tokens  *usage.Tokens // nil, or tok: what finish records, synchronously
+	tok     usage.Tokens
 	failure string // code of a stream's failure event
 
 	// poolShown: showPoolLimits recorded the quota of the codex.rate_limits
@@ -66,9 +67,17 @@ type relay struct {
 	out    []byte
 	outOff int
 	cut    bool
+
+	// onEventFn is rl.onEvent, made once per pooled relay and kept when it
+	// is reset: a method value costs an allocation each time it is made.
+	onEventFn func(sse.Event)
 }
 
 const maxJSONUsage = 8 << 20
+
+// maxPooledJSON is the largest JSON buffer a pooled relay keeps: a small
+// answer's, not the rare large one's.
+const maxPooledJSON = 64 << 10
 
 // commit hands the answer ans from the account of ch to the client
 // through w; the relay it makes finishes the request when the answer
@@ -80,10 +89,15 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 	*rl = relay{
 		s: s, r: r, choice: *ch, status: resp.StatusCode(), resp: resp,
 		body: resp.BodyStream(), pending: ans.pending, held: ans.pending,
+		onEventFn: rl.onEventFn, json: rl.json, // kept by the pool, emptied
+	}
+	if rl.onEventFn == nil {
+		rl.onEventFn = rl.onEvent
 	}
 	r.handedOff = true // the relay finishes r, after the handler when over HTTP
 	if src, ok := compactionSource(r); ok {
-		rl.compactSrc = &src // a copy: r.body does not outlive the handler
+		kept := src // a copy: r.body does not outlive the handler
+		rl.compactSrc = &kept
 	}
 	if ans.ended {
 		rl.body = eofReader{}
@@ -99,7 +113,7 @@ func (s *Server) commit(w responder, r *request, ch *rotation.Choice, ans *answe
 		rl.body = bytes.NewReader(resp.Body())
 	}
 	rl.isJSON = rl.assembled || bytes.HasPrefix(resp.Header.ContentType(), []byte("application/json"))
-	rl.scan.OnEvent = rl.onEvent
+	rl.scan.OnEvent = rl.onEventFn
 	rl.poolShown = shown
 	if ans.answerForm == formChatStream && !rl.assembled {
 		rl.chat = chat.NewStream(chatID(r.id), r.start.Unix(), r.model, r.chat.IncludeUsage,
@@ -213,8 +227,8 @@ func (rl *relay) onEvent(e sse.Event) {
 	if rl.chat != nil {
 		rl.out = rl.chat.Event(rl.out, e.Type, e.Data)
 	}
-	if t := e.Tokens(); t != nil {
-		rl.tokens = t
+	if e.ReadTokens(&rl.tok) {
+		rl.tokens = &rl.tok
 	}
 	if f := failureOf(e); f.code != "" {
 		rl.failure = f.code
@@ -276,7 +290,9 @@ func (rl *relay) CloseWithError(wErr error) error {
 	case complete:
 		rt.Record(acct, rotation.Served, rl.status, rotation.Limit{})
 		if rl.isJSON {
-			rl.tokens = sse.UsageOf(gjson.GetBytes(rl.json, "usage"))
+			if sse.UsageAt(rl.json, "usage", &rl.tok) {
+				rl.tokens = &rl.tok
+			}
 			s.mints.LearnOutput(rl.json, acct)
 			if rl.compactSrc != nil {
 				gjson.GetBytes(rl.json, "output").ForEach(func(_, item gjson.Result) bool {
@@ -303,9 +319,12 @@ func (rl *relay) CloseWithError(wErr error) error {
 		e.code = rl.failure
 	}
 	e.tokens, e.warn = rl.tokens, !complete
-	r := rl.r
+	r, json := rl.r, rl.json
 	s.finish(r, e)
-	*rl = relay{}
+	*rl = relay{onEventFn: rl.onEventFn}
+	if cap(json) <= maxPooledJSON {
+		rl.json = json[:0] // the next JSON answer's usage is read in it
+	}
 	relays.Put(rl)
 	r.release()
 	return nil

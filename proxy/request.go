@@ -35,11 +35,11 @@ type request struct {
 	query  []byte
 	body   []byte
 	// raw is the body as it came when it came compressed in a coding
-	// rotor reads (docs/codex.md); body is then the decoded JSON, in a buffer
-	// freeBody returns.
+	// rotor reads (docs/codex.md); body is then the decoded JSON, in
+	// heldBody's buffer.
 	raw      []byte
 	coding   coding.Coding
-	freeBody func()
+	heldBody *bodyBuf
 
 	// What rotor reads in the body: its members (unless it is encoded in
 	// a coding rotor cannot read, and so opaque), the model and the
@@ -94,6 +94,7 @@ type request struct {
 	// account is tried unless probing lets one attempt through.
 	attempted   []string
 	verdicts    []verdict
+	uri         []byte // the attempt's upstream URI (uriOf)
 	lastIndex   int
 	unreachable []string
 	probing     bool
@@ -115,6 +116,9 @@ type request struct {
 	// read once.
 	installationID   string
 	installationRead bool
+	// answer is the attempt's answer (readStart's), in r rather than
+	// allocated with every attempt; commit copies what it needs of it.
+	answer answer
 	// watch watches the client during the attempt in progress
 	// (watchedAttempt), nil between attempts.
 	watch *upstream.ClientWatch
@@ -158,9 +162,18 @@ func newHTTPRequest(header *fasthttp.RequestHeader) *request {
 
 // release returns a pooled request once nothing refers to it any more;
 // a request made otherwise (a socket's) is left to the collector.
+//
+// The arrays under attempted, verdicts and uri are kept, emptied, for
+// the next request: nothing holds them past finish, and most requests
+// would otherwise allocate them anew for their one attempt.
 func (r *request) release() {
 	if r.pooled {
-		*r = request{}
+		attempted, verdicts, uri := r.attempted[:0], r.verdicts[:0], r.uri[:0]
+		clear(r.attempted) // no account id is kept alive by a pooled request
+		if cap(uri) > 4<<10 {
+			uri = nil // a long query's: not kept for every request after
+		}
+		*r = request{attempted: attempted, verdicts: verdicts, uri: uri}
 		requests.Put(r)
 	}
 }

@@ -55,7 +55,12 @@ const secretTTL = 30 * time.Second
 // than secretTTL or than changedAt, the last time any process changed it.
 // A read already in progress that started after changedAt is joined.
 func (c *secretCache) get(id string, changedAt time.Time) (secrets.Secret, error) {
-	now := c.clock.Now()
+	return c.getAt(id, changedAt, c.clock.Now())
+}
+
+// getAt is get at now, a reading of the clock the caller took a moment
+// before (the pick's).
+func (c *secretCache) getAt(id string, changedAt, now time.Time) (secrets.Secret, error) {
 	c.mu.Lock()
 	if e, ok := c.m[id]; ok && now.Sub(e.at) < secretTTL && !changedAt.After(e.at) {
 		c.mu.Unlock()
@@ -123,8 +128,8 @@ func (c *secretCache) store(id string, sec secrets.Secret, at time.Time) {
 // attempt's frame stays small while the attempt runs.
 //
 //go:noinline
-func (s *Server) secretOf(r *request, ch *rotation.Choice, sec *secrets.Secret) *failure {
-	got, err := s.secrets.get(ch.Account.ID, s.runtime().TokensAt(ch.Account.ID))
+func (s *Server) secretOf(r *request, ch *rotation.Choice, now time.Time, sec *secrets.Secret) *failure {
+	got, err := s.secrets.getAt(ch.Account.ID, s.runtime().TokensAt(ch.Account.ID), now)
 	if err != nil {
 		s.deps.Log.Warn().Str("request_id", r.id).Int("account", ch.Index).Err(err).Msg("account has no usable secret")
 		return &failure{verdict: verdictUnauthorized, status: 401, err: err, own: true}

@@ -346,14 +346,14 @@ func (s *Server) redial(r *request, ad Adapter, a *accounts.Account, sec *secret
 	ad.setHeaders(h, a.ChatGPTAccountID, *sec)
 	d := websocket.Dialer{NetDial: upstream.DialWatched(r.watch, rt.Dial), TLSDial: upstream.DialWatched(r.watch, rt.DialTLS),
 		HandshakeTimeout: cmp.Or(r.dialWait, s.cfg.ConnectTimeout)}
-	up, hdr, ref, err := d.Dial(ad.url(base, r), h, a.ID, handshakeEchoes, upstream.MaxErrorBody)
+	up, hdr, ref, err := d.Dial(string(ad.appendURL(nil, base, r)), h, a.ID, handshakeEchoes, upstream.MaxErrorBody)
 	switch {
 	case err != nil:
 		upstream.RaiseDialPanic(err)
 		err = &upstream.DialError{Err: err}
 		return &failure{verdict: classifyTransport(err), err: err, endpoint: endpoint}, true
 	case ref == nil:
-		if q := backend.ParseQuota(s.deps.Clock.Now(), hdr); q != nil {
+		if q := backend.QuotaOf(s.deps.Clock, hdr); q != nil {
 			s.runtime().SetQuota(a.ID, *q)
 		}
 		s.endpoints.MarkUp(endpoint)

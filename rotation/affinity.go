@@ -52,7 +52,11 @@ func (a *Affinity) SetGeneration(gen int64) {
 
 // Get returns the account bound to key, if the binding is live.
 func (a *Affinity) Get(key string) (string, bool) {
-	now := a.clock.Now()
+	return a.getAt(key, a.clock.Now())
+}
+
+// getAt is Get at now, the clock as the caller (Pick) read it.
+func (a *Affinity) getAt(key string, now time.Time) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b, ok := a.m[key]

@@ -341,12 +341,13 @@ func keepable(w *Window, now time.Time) *Window {
 	return &c
 }
 
-// OnCredits reports whether id spends credits for family now: a window of
-// it is full and not yet reset, and the account holds credits
-// (docs/selection.md). It reads the account's derived view: every
-// request's end asks.
-func (r *Runtime) OnCredits(id, family string) bool {
-	nowNS := r.clock.Now().UnixNano()
+// OnCredits reports whether id spends credits for family at now (the
+// caller's reading of the clock, which it records the request's end by):
+// a window of it is full and not yet reset, and the account holds
+// credits (docs/selection.md). It reads the account's derived view:
+// every request's end asks.
+func (r *Runtime) OnCredits(id, family string, now time.Time) bool {
+	nowNS := now.UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.m[id]

@@ -189,6 +189,10 @@ type Choice struct {
 	Family string
 	// OnCredits: the account spends credits for the request (docs/selection.md).
 	OnCredits bool
+	// At is the selector's clock as Pick read it to choose: what follows
+	// the pick at once (the account's secret, its expiry) may go by it
+	// rather than read the clock again a few µs later.
+	At time.Time
 }
 
 // Refusal explains why no account can serve.
@@ -299,7 +303,7 @@ func (s *Selector) Pick(req *Request) (Choice, *Refusal) {
 	moved := false
 	bi, btier := s.best(v, req, now, nil)
 	if req.AffinityKey != "" {
-		if id, ok := s.affinity.Get(req.AffinityKey); ok {
+		if id, ok := s.affinity.getAt(req.AffinityKey, now); ok {
 			if i := v.indexOf(id); i > 0 && !req.attempted(id) && req.skipped(&v.pool.Accounts[i-1]) == "" {
 				// A conversation keeps its account, unless that would
 				// spend credits while another account has quota left.
@@ -374,7 +378,7 @@ func (s *Selector) take(v *view, i int, now time.Time, why, source string, j jud
 	// of piling onto whichever account wins the tie-breaker.
 	e.tokens = max(e.tokens-1, -bucketSize)
 	e.picked = now.UnixNano()
-	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source, Family: j.family, OnCredits: j.onCredits}
+	return Choice{Index: i, Account: v.pool.Accounts[i-1], Why: why, PinSource: source, Family: j.family, OnCredits: j.onCredits, At: now}
 }
 
 func refill(e *entry, now time.Time) {

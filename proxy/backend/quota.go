@@ -22,6 +22,31 @@ import (
 // x-<id>-limit-name), the credits (x-codex-credits-*) and the plan; nil
 // when the answer carries none of it.
 func ParseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
+	return parseQuota(&lazyNow{t: now}, h)
+}
+
+// QuotaOf is ParseQuota at c's present, which it reads only for an
+// answer that says something of the meter: an API key's says nothing,
+// and every answer is asked.
+func QuotaOf(c clock.Clock, h *fasthttp.ResponseHeader) *rotation.Quota {
+	return parseQuota(&lazyNow{c: c}, h)
+}
+
+// lazyNow is the present, read from c the first time it is needed (t
+// set: that time, fixed).
+type lazyNow struct {
+	c clock.Clock
+	t time.Time
+}
+
+func (l *lazyNow) now() time.Time {
+	if l.c != nil && l.t.IsZero() {
+		l.t = l.c.Now()
+	}
+	return l.t
+}
+
+func parseQuota(now *lazyNow, h *fasthttp.ResponseHeader) *rotation.Quota {
 	p := parseWindow(now, h, &primaryHeaders)
 	sec := parseWindow(now, h, &secondaryHeaders)
 	plan := string(h.Peek("x-codex-plan-type"))
@@ -37,7 +62,7 @@ func ParseQuota(now time.Time, h *fasthttp.ResponseHeader) *rotation.Quota {
 	if p == nil && sec == nil && plan == "" && credits == nil && fams == nil {
 		return nil
 	}
-	return &rotation.Quota{Primary: p, Secondary: sec, PlanType: plan, ObservedAt: now, Credits: credits, Families: fams}
+	return &rotation.Quota{Primary: p, Secondary: sec, PlanType: plan, ObservedAt: now.now(), Credits: credits, Families: fams}
 }
 
 // maxHeaderFamilies bounds the families read from one answer.
@@ -65,7 +90,7 @@ var (
 	secondaryHeaders = windowHeaders{"x-codex-secondary-used-percent", "x-codex-secondary-window-minutes", "x-codex-secondary-reset-at", "x-codex-secondary-reset-after-seconds"}
 )
 
-func parseWindow(now time.Time, h *fasthttp.ResponseHeader, names *windowHeaders) *rotation.Window {
+func parseWindow(now *lazyNow, h *fasthttp.ResponseHeader, names *windowHeaders) *rotation.Window {
 	used := h.Peek(names.used)
 	if len(used) == 0 {
 		return nil
@@ -81,13 +106,13 @@ func parseWindow(now time.Time, h *fasthttp.ResponseHeader, names *windowHeaders
 	if v, err := strconv.ParseInt(string(h.Peek(names.resetAt)), 10, 64); err == nil && v > 0 {
 		w.ResetsAt = time.Unix(v, 0)
 	} else if v, err := strconv.ParseFloat(string(h.Peek(names.resetAfter)), 64); err == nil {
-		w.ResetsAt = afterUnits(now, v, time.Second)
+		w.ResetsAt = afterUnits(now.now(), v, time.Second)
 	}
 	return w
 }
 
 // parseFamily reads the family whose headers start with prefix.
-func parseFamily(now time.Time, h *fasthttp.ResponseHeader, prefix string) *rotation.Family {
+func parseFamily(now *lazyNow, h *fasthttp.ResponseHeader, prefix string) *rotation.Family {
 	names := func(slot string) *windowHeaders {
 		return &windowHeaders{prefix + "-" + slot + "-used-percent", prefix + "-" + slot + "-window-minutes",
 			prefix + "-" + slot + "-reset-at", prefix + "-" + slot + "-reset-after-seconds"}

@@ -17,13 +17,41 @@ import (
 // the middle of a stream (a restart, a middlebox's timeout) looked as if
 // it had finished, and its cut answer went to the client as whole.
 func Body(br *bufio.Reader, n int) io.Reader {
+	f := new(Framed)
+	f.Reset(br, n)
+	return f
+}
+
+// A Framed is a body as Body frames it, held by value where it is read
+// (the upstream package's answer body), so that framing an answer
+// allocates nothing of its own; it must not be copied once Reset.
+type Framed struct {
+	chunks Reader
+	sized  sizedBody
+	br     *bufio.Reader // neither: the body lasts until the connection ends
+}
+
+// Reset makes f the body of content length n on br, as Body's.
+func (f *Framed) Reset(br *bufio.Reader, n int) {
+	*f = Framed{}
 	switch {
 	case n == -1:
-		return NewReader(br)
+		f.chunks.br = br
 	case n >= 0:
-		return &sizedBody{r: br, left: n}
+		f.sized = sizedBody{r: br, left: n, framed: true}
+	default:
+		f.br = br
 	}
-	return br
+}
+
+func (f *Framed) Read(p []byte) (int, error) {
+	switch {
+	case f.chunks.br != nil:
+		return f.chunks.Read(p)
+	case f.sized.framed:
+		return f.sized.Read(p)
+	}
+	return f.br.Read(p)
 }
 
 // A Reader reads a chunked body (RFC 9112 section 7.1) to its last chunk and
@@ -156,8 +184,9 @@ func skipTrailer(br *bufio.Reader) error {
 
 // sizedBody reads a body of a declared length.
 type sizedBody struct {
-	r    io.Reader
-	left int
+	r      io.Reader
+	left   int
+	framed bool // in use: a Framed's, of a length even 0
 }
 
 func (b *sizedBody) Read(p []byte) (int, error) {

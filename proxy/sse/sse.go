@@ -75,13 +75,23 @@ func (e Event) Final() bool {
 // event, or a Chat Completions chunk's (which has no type; usage rides on
 // one of them with stream_options.include_usage). Nil when it has none.
 func (e Event) Tokens() *usage.Tokens {
+	var t usage.Tokens
+	if !e.ReadTokens(&t) {
+		return nil
+	}
+	return &t
+}
+
+// ReadTokens is Tokens into t, which the caller holds (ReadUsage): false,
+// and t left alone, when e reports none.
+func (e Event) ReadTokens(t *usage.Tokens) bool {
 	switch {
 	case e.Final(), e.Type == "response.failed":
-		return UsageOf(viewField(e.Data, "response.usage"))
+		return UsageAt(e.Data, "response.usage", t)
 	case e.Type == "":
-		return UsageOf(viewField(e.Data, "usage"))
+		return UsageAt(e.Data, "usage", t)
 	}
-	return nil
+	return false
 }
 
 // Field reads path in the event's data without copying what it finds;
@@ -110,10 +120,21 @@ var usageNames = [...]struct{ responses, chat, inner string }{
 // UsageOf reads a usage object in either API's names, in one pass; the
 // Responses name wins over the Chat Completions one.
 func UsageOf(u gjson.Result) *usage.Tokens {
-	if !u.IsObject() {
+	var t usage.Tokens
+	if !ReadUsage(u, &t) {
 		return nil
 	}
-	var t usage.Tokens
+	return &t
+}
+
+// ReadUsage is UsageOf into t, which the caller holds, so that reading an
+// answer's usage allocates nothing; it reports whether u is a usage
+// object, and leaves t alone when it is not.
+func ReadUsage(u gjson.Result, t *usage.Tokens) bool {
+	if !u.IsObject() {
+		return false
+	}
+	*t = usage.Tokens{}
 	fields := [len(usageNames)]*int64{&t.Input, &t.Cached, &t.Output, &t.Reasoning, &t.Total}
 	var responses [len(usageNames)]bool // the field came under the Responses name
 	u.ForEach(func(k, v gjson.Result) bool {
@@ -128,7 +149,13 @@ func UsageOf(u gjson.Result) *usage.Tokens {
 		}
 		return true
 	})
-	return &t
+	return true
+}
+
+// UsageAt is ReadUsage of the member at path of JSON data, read in place
+// (viewField): only numbers are taken out of it.
+func UsageAt(data []byte, path string, t *usage.Tokens) bool {
+	return ReadUsage(viewField(data, path), t)
 }
 
 // A Scanner splits a byte stream into SSE lines and hands each data

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,11 +24,14 @@ import (
 // attempt fails, and proxy's failover, seeing the client gone, finishes
 // the request as 499 client_closed and charges no account.
 //
-// The watch costs a timer per attempt. Only an attempt still waiting
-// after WatchAfter gets a goroutine, parked in the network poller on the
-// client's socket (no polling) until the client leaves or the attempt
-// ends; the attempt's end stops it and waits for it, so none is left
-// behind.
+// The watch costs a timer per attempt, and the timer is reused: a
+// stopped one goes back to a pool (watchTimers) for the next attempt, so
+// an attempt pays for arming it again, not for making one (two
+// allocations and the runtime's timer set up and torn down, on every
+// request). Only an attempt still waiting after WatchAfter gets a
+// goroutine, parked in the network poller on the client's socket (no
+// polling) until the client leaves or the attempt ends; the attempt's end
+// stops it and waits for it, so none is left behind.
 
 // WatchAfter is how long an attempt waits before its client is watched:
 // an upstream that answers sooner costs no goroutine, and a client that
@@ -42,8 +46,10 @@ var ErrClientLeft = errors.New("rotor: the client left before its answer started
 type ClientWatch struct {
 	conn   net.Conn // the client's, as the network poller knows it
 	frames bool     // the client speaks WebSocket: a close frame is leaving too
-	timer  *time.Timer
-	ended  sync.WaitGroup // the watching goroutine, once the timer fired
+	// timer starts the watch; nil once Stop has given it back. Only the
+	// attempt's goroutine, which makes the watch and stops it, uses it.
+	timer *watchTimer
+	ended sync.WaitGroup // the watching goroutine, once the timer fired
 
 	mu       sync.Mutex
 	up       net.Conn // the upstream connection the attempt is on, nil between
@@ -61,9 +67,33 @@ func NewClientWatch(conn net.Conn, frames bool) *ClientWatch {
 	}
 	cw := &ClientWatch{conn: conn, frames: frames}
 	cw.ended.Add(1)
-	cw.timer = time.AfterFunc(WatchAfter, cw.run)
+	wt := watchTimers.Get().(*watchTimer)
+	wt.cw.Store(cw)
+	if wt.t == nil {
+		wt.t = time.AfterFunc(WatchAfter, wt.fire)
+	} else {
+		wt.t.Reset(WatchAfter)
+	}
+	cw.timer = wt
 	return cw
 }
+
+// A watchTimer starts the watch of whichever attempt holds it. It is its
+// own object, not the ClientWatch, because a watch is still read after it
+// stops (HasLeft, Detach from an answer's body), whereas the timer is
+// done with once Stop returns: stopped before it fired, or fired and its
+// goroutine ended.
+type watchTimer struct {
+	t  *time.Timer // made on first use, re-armed by Reset after
+	cw atomic.Pointer[ClientWatch]
+}
+
+var watchTimers = sync.Pool{New: func() any { return new(watchTimer) }}
+
+// fire is the timer's function: the watch of the attempt that armed it.
+// Stop gives the timer back only after the goroutine has ended, so cw is
+// the one armed for.
+func (wt *watchTimer) fire() { wt.cw.Load().run() }
 
 // underlying is the socket under the wrappers the server puts around a
 // client's connection: fasthttp's for a hijacked one (a WebSocket's).
@@ -110,12 +140,18 @@ func (cw *ClientWatch) run() {
 
 // Stop ends the watch, once the attempt has its answer or its failure,
 // and reports whether the client left meanwhile. After it returns no
-// connection is closed by the watch.
+// connection is closed by the watch. The attempt's goroutine calls it,
+// once or more: the calls after the first only report.
 func (cw *ClientWatch) Stop() bool {
 	if cw == nil {
 		return false
 	}
-	fired := !cw.timer.Stop()
+	wt := cw.timer
+	if wt == nil {
+		return cw.HasLeft()
+	}
+	cw.timer = nil
+	fired := !wt.t.Stop()
 	cw.mu.Lock()
 	cw.stopped = true
 	cw.up = nil
@@ -128,6 +164,10 @@ func (cw *ClientWatch) Stop() bool {
 	} else {
 		cw.ended.Done()
 	}
+	// Stopped before it fired, or its goroutine over: nothing of this
+	// attempt runs on the timer any more.
+	wt.cw.Store(nil)
+	watchTimers.Put(wt)
 	return cw.HasLeft()
 }
 

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"bufio"
-	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -68,7 +67,7 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	body, err := readAnswer(hc, br, req, resp)
 	// A body that lasts until the connection ends leaves none to reuse.
 	keep := err == nil && !req.ConnectionClose() && !resp.ConnectionClose() && resp.Header.ContentLength() != -2
-	if body == nil {
+	if !body {
 		cw.Detach(conn)
 		hc.ReleaseReader(br)
 		if keep {
@@ -78,7 +77,7 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		}
 		return err != nil, err
 	}
-	resp.SetBodyStream(&upstreamBody{stream: body, watch: cw, conn: conn,
+	ub := &upstreamBody{watch: cw, conn: conn,
 		done: func(clean bool) {
 			hc.ReleaseReader(br)
 			if clean && keep {
@@ -86,7 +85,9 @@ func (roundTrip) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 			} else {
 				hc.CloseConn(cc)
 			}
-		}}, resp.Header.ContentLength())
+		}}
+	ub.stream.Reset(br, resp.Header.ContentLength())
+	resp.SetBodyStream(ub, resp.Header.ContentLength())
 	return false, nil
 }
 
@@ -111,15 +112,15 @@ func writeRequest(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request)
 	return err
 }
 
-// readAnswer reads the answer's head into resp and, when it has a body,
-// returns that body, not yet read, as a stream over br (chunked.Body).
-func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request, resp *fasthttp.Response) (io.Reader, error) {
+// readAnswer reads the answer's head into resp from br and reports
+// whether a body follows it there (framed by chunked.Framed).
+func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
 	if hc.DisableHeaderNamesNormalizing {
 		resp.Header.DisableNormalizing()
 	}
 	for {
 		if err := resp.Header.Read(br); err != nil {
-			return nil, err
+			return false, err
 		}
 		if resp.StatusCode() != fasthttp.StatusContinue {
 			break
@@ -127,9 +128,9 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 	}
 	if s := resp.StatusCode(); resp.SkipBody || req.Header.IsHead() || s < 200 ||
 		s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified {
-		return nil, nil
+		return false, nil
 	}
-	return chunked.Body(br, resp.Header.ContentLength()), nil
+	return true, nil
 }
 
 // upstreamBody is an upstream answer's body as rotor reads it
@@ -137,7 +138,7 @@ func readAnswer(hc *fasthttp.HostClient, br *bufio.Reader, req *fasthttp.Request
 // connection back to the pool after a clean end, closed otherwise), once
 // the connection is detached from the watch.
 type upstreamBody struct {
-	stream io.Reader // reads from the connection's reader, until done
+	stream chunked.Framed // reads from the connection's reader, until done
 	watch  *ClientWatch
 	conn   net.Conn
 	done   func(clean bool) // gives the connection back, or closes it
