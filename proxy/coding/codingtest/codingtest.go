@@ -81,3 +81,15 @@ func Decompress(t testing.TB, contentEncoding string, b []byte) []byte {
 	}
 	return out
 }
+
+// FuzzSeeds are the inputs the decoders' fuzz tests start from: a small
+// body and 64 KiB of zeros in each of Ways, an empty input, and a zstd
+// magic number with nothing after it.
+func FuzzSeeds(t testing.TB) [][]byte {
+	t.Helper()
+	var seeds [][]byte
+	for _, w := range Ways {
+		seeds = append(seeds, Compress(t, w.Name, []byte(`{"model":"gpt-5","input":"hi"}`)), Compress(t, w.Name, make([]byte, 64<<10)))
+	}
+	return append(seeds, []byte{}, []byte{0x28, 0xb5, 0x2f, 0xfd})
+}
