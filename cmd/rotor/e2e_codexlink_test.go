@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,20 +29,7 @@ func TestE2ECodexLinkedRefresh(t *testing.T) {
 	t.Cleanup(func() { auth.Close() })
 	w.setenv("ROTOR_AUTH_BASE_URL", auth.URL())
 
-	codexHome := ""
-	for _, kv := range w.env {
-		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
-			codexHome = v
-		}
-	}
-	file := filepath.Join(codexHome, "auth.json")
-	data, err := os.ReadFile(filepath.Join(e2eRoot(t), "testdata", "jwt", "codex_auth.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, file := w.codexLogin(t)
 	login, err := accounts.ReadCodexAuth(file)
 	if err != nil {
 		t.Fatal(err)

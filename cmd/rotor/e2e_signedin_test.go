@@ -298,19 +298,9 @@ func newE2ESignedInWorld(t *testing.T) (w *e2eWorld, codex string, auth *oauthte
 // (CODEX_HOME again) and the two logins.
 func e2eTwoSignedIn(t *testing.T, w *e2eWorld, auth *oauthtest.Server) (codexHome string, own, other accounts.CodexTokens) {
 	t.Helper()
-	for _, kv := range w.env {
-		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
-			codexHome = v
-		}
-	}
-	data, err := os.ReadFile(filepath.Join(e2eRoot(t), "testdata", "jwt", "codex_auth.json"))
+	codexHome, file := w.codexLogin(t)
+	own, err := accounts.ReadCodexAuth(file)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(codexHome, "auth.json"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if own, err = accounts.ReadCodexAuth(filepath.Join(codexHome, "auth.json")); err != nil {
 		t.Fatal(err)
 	}
 	auth.AddRefreshToken(own.RefreshToken)

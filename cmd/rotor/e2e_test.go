@@ -408,6 +408,27 @@ func newE2EWorld(t *testing.T) *e2eWorld {
 	return w
 }
 
+// codexLogin writes what `codex login` leaves, CODEX_HOME/auth.json
+// (testdata/jwt/codex_auth.json, ada's login), and returns Codex's home
+// and that file.
+func (w *e2eWorld) codexLogin(t *testing.T) (codexHome, file string) {
+	t.Helper()
+	for _, kv := range w.env {
+		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
+			codexHome = v
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(e2eRoot(t), "testdata", "jwt", "codex_auth.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file = filepath.Join(codexHome, "auth.json")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return codexHome, file
+}
+
 func (w *e2eWorld) setenv(key, value string) {
 	for i, kv := range w.env {
 		if strings.HasPrefix(kv, key+"=") {

@@ -71,7 +71,7 @@ func newcomerAddAccounts(t *testing.T, bash, readme string) {
 	block := newcomerBlock(t, readme, "## Add accounts", "sh")
 	w, auth := newNewcomerWorld(t)
 	auth.SignInNext(bob)
-	codexAuth := newcomerCodexLogin(t, w)
+	_, codexAuth := w.codexLogin(t)
 	sh := newNewcomerShell(t, w, bash)
 
 	type row struct{ kind, name string }
@@ -201,7 +201,7 @@ func newcomerCodex(t *testing.T, bash, readme string) {
 	block := newcomerBlock(t, readme, heading, "sh")
 	want := newcomerBlock(t, readme, heading, "toml")
 	w, _ := newNewcomerWorld(t)
-	codexAuth := newcomerCodexLogin(t, w)
+	_, codexAuth := w.codexLogin(t)
 	config := filepath.Join(filepath.Dir(codexAuth), "config.toml")
 	const own = "model = \"gpt-5-codex\"\n\n[profiles.fast]\nmodel = \"gpt-5-mini\"\n"
 	if err := os.WriteFile(config, []byte(own), 0o600); err != nil {
@@ -216,7 +216,7 @@ func newcomerCodex(t *testing.T, bash, readme string) {
 		case line == "codex login":
 			// Not run: it is the real Codex CLI signing in at the real
 			// auth.openai.com. Its result, CODEX_HOME/auth.json, is
-			// written above (newcomerCodexLogin).
+			// written above (e2eWorld.codexLogin).
 		case line == "rotor import codex":
 			r := sh.run(line, "")
 			r.ok(t)
@@ -375,27 +375,6 @@ func newNewcomerWorld(t *testing.T) (*e2eWorld, *oauthtest.Server) {
 	w.setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	w.setenv("ROTOR_LOGIN_ADDR", "127.0.0.1:0") // not 1455, which a login elsewhere may hold
 	return w, auth
-}
-
-// newcomerCodexLogin writes what `codex login` leaves: CODEX_HOME/auth.json
-// (testdata/jwt/codex_auth.json, ada's login). It returns its path.
-func newcomerCodexLogin(t *testing.T, w *e2eWorld) string {
-	t.Helper()
-	var codexHome string
-	for _, kv := range w.env {
-		if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
-			codexHome = v
-		}
-	}
-	data, err := os.ReadFile(filepath.Join(e2eRoot(t), "testdata", "jwt", "codex_auth.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(codexHome, "auth.json")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
 }
 
 // newcomerPortFree waits, bounded, for 127.0.0.1:8787 to be free: the
