@@ -31,15 +31,12 @@ func TestServicePassesTheCreditsPolicyOn(t *testing.T) {
 	spec := testSpec
 	spec.Credits = "never"
 	for name, kind := range map[string]serviceKind{"systemd": systemdKind, "launchd": launchdKind} {
-		got, err := kind.render(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := kind.render(spec)
 		want := map[string]string{"systemd": `Environment="ROTOR_CREDITS=never"`, "launchd": "<key>ROTOR_CREDITS</key>\n\t\t<string>never</string>"}[name]
 		if !strings.Contains(string(got), want) {
 			t.Errorf("%s: no %q in\n%s", name, want, got)
 		}
-		if got, _ := kind.render(testSpec); strings.Contains(string(got), "ROTOR_CREDITS") {
+		if got := kind.render(testSpec); strings.Contains(string(got), "ROTOR_CREDITS") {
 			t.Errorf("%s names ROTOR_CREDITS though unset:\n%s", name, got)
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -107,15 +106,11 @@ func (a *app) serviceSpec(h *serviceHost, kind serviceKind) (serviceSpec, error)
 }
 
 // render is the service definition for s, as the file's bytes.
-func (k serviceKind) render(s serviceSpec) ([]byte, error) {
-	var b bytes.Buffer
-	if err := k.text.Execute(&b, s); err != nil {
-		return nil, err
-	}
+func (k serviceKind) render(s serviceSpec) []byte {
 	if k.encode != nil {
-		return k.encode(b.String()), nil
+		return k.encode(k.text(s))
 	}
-	return b.Bytes(), nil
+	return []byte(k.text(s))
 }
 
 // serviceInstall makes the stable key, writes the definition (again, when
@@ -129,10 +124,7 @@ func serviceInstall(a *app, h *serviceHost, kind serviceKind, s serviceSpec) err
 	if _, err := sec.ClientKey(); err != nil {
 		return err
 	}
-	data, err := kind.render(s)
-	if err != nil {
-		return err
-	}
+	data := kind.render(s)
 	if err := os.MkdirAll(filepath.Dir(s.File), 0o755); err != nil {
 		return err
 	}

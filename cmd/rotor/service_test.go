@@ -29,10 +29,7 @@ var testSpec = serviceSpec{
 
 func TestServiceSystemdUnitText(t *testing.T) {
 	t.Parallel()
-	got, err := systemdKind.render(testSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := systemdKind.render(testSpec)
 	want := `[Unit]
 Description=rotor: one OpenAI-compatible proxy over a pool of accounts, on loopback
 Documentation=https://github.com/rotorproxy/rotor
@@ -54,17 +51,14 @@ WantedBy=default.target
 	}
 	plain := testSpec
 	plain.Secrets = ""
-	if got, _ := systemdKind.render(plain); strings.Contains(string(got), "ROTOR_SECRETS") {
+	if got := systemdKind.render(plain); strings.Contains(string(got), "ROTOR_SECRETS") {
 		t.Errorf("ROTOR_SECRETS named though unset:\n%s", got)
 	}
 }
 
 func TestServiceLaunchdPlistText(t *testing.T) {
 	t.Parallel()
-	got, err := launchdKind.render(testSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := launchdKind.render(testSpec)
 	text := string(got)
 	wellFormed(t, text)
 	for _, want := range []string{
@@ -86,10 +80,7 @@ func TestServiceWindowsTaskText(t *testing.T) {
 	t.Parallel()
 	spec := testSpec
 	spec.Binary, spec.Home, spec.LogDir = `C:\Program Files\rotor\rotor.exe`, `C:\Users\ann\AppData\Roaming\rotor & co`, `C:\Users\ann\AppData\Local\rotor\logs`
-	raw, err := schtasksKind.render(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := schtasksKind.render(spec)
 	if len(raw) < 2 || raw[0] != 0xff || raw[1] != 0xfe || len(raw)%2 != 0 {
 		t.Fatalf("the task definition is not UTF-16LE with a BOM: % x", raw[:min(len(raw), 8)])
 	}

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/template"
 	"unicode/utf16"
 )
 
@@ -32,14 +31,18 @@ type toolCall struct {
 }
 
 // serviceKind is how one OS runs rotor serve at login: where its
-// definition lives, the one template it is made from, and the OS tool
-// calls that install, uninstall and query it.
+// definition lives, the text it writes there, and the OS tool calls that
+// install, uninstall and query it.
 type serviceKind struct {
 	what  string // for people: "systemd user unit"
 	name  string // for --json: "systemd"
 	paths func(getenv func(string) string) (file, logDir string)
-	text  *template.Template
-	// encode turns the rendered text into the file's bytes (Windows wants
+	// text is the definition for a spec. It is plain Go, not a
+	// text/template: a template's reflection keeps every exported method
+	// of every type in the binary, a quarter of rotor's code, which the
+	// serve then maps (docs/PERFORMANCE.md).
+	text func(s serviceSpec) string
+	// encode turns the text into the file's bytes (Windows wants
 	// UTF-16); nil writes it as it is.
 	encode func(string) []byte
 	// install runs after the file is written; uninstall before it is
@@ -60,12 +63,6 @@ var serviceKinds = map[string]serviceKind{
 
 // serviceLabel names the service to launchd and the Task Scheduler.
 const serviceLabel = "com.github.rotorproxy.rotor"
-
-var serviceFuncs = template.FuncMap{
-	"systemd":     systemdQuote,
-	"xml":         xmlEscape,
-	"taskCommand": taskCommand,
-}
 
 // systemdQuote quotes s as one word of a unit file's ExecStart= or
 // Environment=: backslashes and quotes escaped, % doubled (it starts a
@@ -114,27 +111,29 @@ var systemdKind = serviceKind{
 	// Restart=on-failure: a crash (non-zero exit, a signal other than
 	// the stop's SIGTERM) restarts; serve exits 0 on SIGTERM, so a stop
 	// stays a stop.
-	text: template.Must(template.New("systemd").Funcs(serviceFuncs).Parse(`[Unit]
+	text: func(s serviceSpec) string {
+		env := "Environment=" + systemdQuote("ROTOR_HOME="+s.Home) + "\n"
+		if s.Secrets != "" {
+			env += "Environment=" + systemdQuote("ROTOR_SECRETS="+s.Secrets) + "\n"
+		}
+		if s.Credits != "" {
+			env += "Environment=" + systemdQuote("ROTOR_CREDITS="+s.Credits) + "\n"
+		}
+		return `[Unit]
 Description=rotor: one OpenAI-compatible proxy over a pool of accounts, on loopback
 Documentation=https://github.com/rotorproxy/rotor
 After=network-online.target
 
 [Service]
 Type=simple
-ExecStart={{systemd .Binary}} serve --stable-key
-Environment={{systemd (print "ROTOR_HOME=" .Home)}}
-{{- if .Secrets}}
-Environment={{systemd (print "ROTOR_SECRETS=" .Secrets)}}
-{{- end}}
-{{- if .Credits}}
-Environment={{systemd (print "ROTOR_CREDITS=" .Credits)}}
-{{- end}}
-Restart=on-failure
+ExecStart=` + systemdQuote(s.Binary) + ` serve --stable-key
+` + env + `Restart=on-failure
 RestartSec=5
 
 [Install]
 WantedBy=default.target
-`)),
+`
+	},
 	install: func(serviceSpec) []toolCall {
 		return []toolCall{{args: systemctl("daemon-reload")}, {args: systemctl("enable", systemdUnit)},
 			{args: systemctl("restart", systemdUnit)}}
@@ -163,31 +162,29 @@ var launchdKind = serviceKind{
 	// KeepAlive/SuccessfulExit=false: launchd starts serve again only
 	// when it exits non-zero, so "launchctl bootout" (SIGTERM, exit 0)
 	// stays a stop.
-	text: template.Must(template.New("launchd").Funcs(serviceFuncs).Parse(`<?xml version="1.0" encoding="UTF-8"?>
+	text: func(s serviceSpec) string {
+		env := "\t\t<key>ROTOR_HOME</key>\n\t\t<string>" + xmlEscape(s.Home) + "</string>\n"
+		if s.Credits != "" {
+			env += "\t\t<key>ROTOR_CREDITS</key>\n\t\t<string>" + xmlEscape(s.Credits) + "</string>\n"
+		}
+		if s.Secrets != "" {
+			env += "\t\t<key>ROTOR_SECRETS</key>\n\t\t<string>" + xmlEscape(s.Secrets) + "</string>\n"
+		}
+		return `<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
 <plist version="1.0">
 <dict>
 	<key>Label</key>
-	<string>{{xml .Label}}</string>
+	<string>` + xmlEscape(s.Label) + `</string>
 	<key>ProgramArguments</key>
 	<array>
-		<string>{{xml .Binary}}</string>
+		<string>` + xmlEscape(s.Binary) + `</string>
 		<string>serve</string>
 		<string>--stable-key</string>
 	</array>
 	<key>EnvironmentVariables</key>
 	<dict>
-		<key>ROTOR_HOME</key>
-		<string>{{xml .Home}}</string>
-{{- if .Credits}}
-		<key>ROTOR_CREDITS</key>
-		<string>{{xml .Credits}}</string>
-{{- end}}
-{{- if .Secrets}}
-		<key>ROTOR_SECRETS</key>
-		<string>{{xml .Secrets}}</string>
-{{- end}}
-	</dict>
+` + env + `	</dict>
 	<key>RunAtLoad</key>
 	<true/>
 	<key>KeepAlive</key>
@@ -196,12 +193,13 @@ var launchdKind = serviceKind{
 		<false/>
 	</dict>
 	<key>StandardOutPath</key>
-	<string>{{xml .LogDir}}/serve.log</string>
+	<string>` + xmlEscape(s.LogDir) + `/serve.log</string>
 	<key>StandardErrorPath</key>
-	<string>{{xml .LogDir}}/serve.log</string>
+	<string>` + xmlEscape(s.LogDir) + `/serve.log</string>
 </dict>
 </plist>
-`)),
+`
+	},
 	install: func(s serviceSpec) []toolCall {
 		return []toolCall{
 			{args: []string{"launchctl", "bootout", launchdTarget(s)}, mayFail: true}, // an older copy, if loaded
@@ -234,7 +232,8 @@ var schtasksKind = serviceKind{
 	},
 	// The action is cmd.exe (taskCommand), whose exit status is serve's,
 	// which RestartOnFailure reads.
-	text: template.Must(template.New("schtasks").Funcs(serviceFuncs).Parse(`<?xml version="1.0" encoding="UTF-16"?>
+	text: func(s serviceSpec) string {
+		return `<?xml version="1.0" encoding="UTF-16"?>
 <Task version="1.2" xmlns="http://schemas.microsoft.com/windows/2004/02/mit/task">
   <RegistrationInfo>
     <Description>rotor serve --stable-key: one OpenAI-compatible proxy over a pool of accounts, on loopback</Description>
@@ -264,11 +263,12 @@ var schtasksKind = serviceKind{
   <Actions Context="Author">
     <Exec>
       <Command>cmd.exe</Command>
-      <Arguments>{{xml (taskCommand .)}}</Arguments>
+      <Arguments>` + xmlEscape(taskCommand(s)) + `</Arguments>
     </Exec>
   </Actions>
 </Task>
-`)),
+`
+	},
 	encode: utf16LE,
 	install: func(s serviceSpec) []toolCall {
 		return []toolCall{{args: schtasks("/Create", "/XML", s.File, "/F")},
