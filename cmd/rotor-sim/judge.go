@@ -27,11 +27,25 @@ func ratio(a, b time.Duration) float64 {
 
 // weekOutcome is one generated week: every policy's result, its bound,
 // its bound with no account holding credits, and whether it had credits
-// and a model of its own.
+// and a model of its own. mirror is rotor's result on the same week with
+// the pool's accounts listed the other way round.
 type weekOutcome struct {
 	res                  []Result
+	mirror               Result
 	bound, boundNoCredit time.Duration
 	credits, model       bool
+}
+
+// mirrored is w with its accounts listed the other way round: the same
+// accounts, windows, credits and requests, only their order (and so their
+// ids) changed. No policy can know which order is the "right" one, so
+// what a week's outcome does under it is how much of a week-by-week
+// comparison is not the policy's (docs/PERFORMANCE.md).
+func mirrored(w *Workload) *Workload {
+	v := *w
+	v.Accounts = slices.Clone(w.Accounts)
+	slices.Reverse(v.Accounts)
+	return &v
 }
 
 // judgeWeeks replays g's weeks of w through every policy and bounds them.
@@ -49,6 +63,9 @@ func judgeWeeks(w *Workload, g *Weeks) ([]weekOutcome, error) {
 			return nil, err
 		}
 		if o.boundNoCredit, err = weekBoundWithoutCredits(d.w, d.wk); err != nil {
+			return nil, err
+		}
+		if o.mirror, err = Replay(mirrored(d.w), d.wk, PolicyRotor); err != nil {
 			return nil, err
 		}
 		out = append(out, o)
@@ -100,6 +117,20 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 		fmt.Fprintf(out, "| %s | %.2f | %.2f | %d | %d | %d | %.1f (%d) |\n", name, median(ratios), ratios[len(ratios)-1],
 			worse, int(blocked/time.Minute), moved, spent/1e6, spentWeeks)
 	}
+	m := mirrorOf(weeks)
+	fmt.Fprintf(out, "\nrotor with the pool's accounts listed the other way round (the same week; only the order changes): blocks no more than rotor in %d of %d weeks, "+
+		"rotor no more than it in %d, the same in %d; no worse than the best baseline in %d weeks (rotor: %d).\n",
+		m.mirrorHeld, n, m.rotorHeld, m.same, m.againstBest, verdictOf(weeks).held)
+	fmt.Fprintf(out, "\nrotor against each baseline alone, weeks no worse:")
+	for p, name := range Policies[1:] {
+		held := 0
+		for _, o := range weeks {
+			if o.res[0].Blocked <= o.res[p+1].Blocked {
+				held++
+			}
+		}
+		fmt.Fprintf(out, " %s %d of %d%s", name, held, n, map[bool]string{true: ".\n", false: ","}[p == len(Policies)-2])
+	}
 	v := verdictOf(weeks)
 	fmt.Fprintf(out, "\nrotor (--credits last-resort) against the targets: no worse than the best baseline in %d of %d weeks (%.0f%%, target ≥ 90%%): %s; "+
 		"worst week %.2f× the best baseline by the same rule (target ≤ 1.1): %s; credits spent in %d weeks, %d of them where the bound without credits is 0 (target 0): %s; "+
@@ -135,6 +166,32 @@ func verdictOf(weeks []weekOutcome) verdict {
 		v.leastUsedMoved += resultOf(o.res, PolicyLeastUsed).Moved
 	}
 	return v
+}
+
+// mirrorCount is rotor against itself on the mirrored pool, week by week.
+type mirrorCount struct {
+	mirrorHeld, rotorHeld, same int // mirror ≤ rotor, rotor ≤ mirror, equal
+	againstBest                 int // weeks the mirror blocked no more than the best baseline
+}
+
+func mirrorOf(weeks []weekOutcome) mirrorCount {
+	var m mirrorCount
+	for _, o := range weeks {
+		rotor, mirror := o.res[0].Blocked, o.mirror.Blocked
+		if mirror <= rotor {
+			m.mirrorHeld++
+		}
+		if rotor <= mirror {
+			m.rotorHeld++
+		}
+		if rotor == mirror {
+			m.same++
+		}
+		if mirror <= bestBaseline(o.res) {
+			m.againstBest++
+		}
+	}
+	return m
 }
 
 func yes(ok bool) string {

@@ -82,12 +82,37 @@ func TestRunPrintsTheTableAgainstTheBound(t *testing.T) {
 	}
 	text := out.String()
 	if !strings.Contains(text, "### Against the offline bound") || !strings.Contains(text, "#### solo-2-plus, 64 weeks (weeks/1)") ||
-		!strings.Contains(text, "rotor (--credits last-resort) against the targets:") {
+		!strings.Contains(text, "rotor (--credits last-resort) against the targets:") ||
+		!strings.Contains(text, "rotor with the pool's accounts listed the other way round") ||
+		!strings.Contains(text, "rotor against each baseline alone, weeks no worse: round-robin ") {
 		t.Fatalf("output:\n%s", text)
 	}
 	for _, p := range Policies {
 		if strings.Count(text, "| "+p+" | ") != 2 {
 			t.Errorf("%s: not in both tables", p)
 		}
+	}
+}
+
+// The mirrored pool holds the same accounts the other way round, and the
+// workload it came from is left as it was.
+func TestMirroredListsTheAccountsTheOtherWayRound(t *testing.T) {
+	t.Parallel()
+	w, err := LoadWorkload(filepath.Join(workloads, "team-6-mixed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := slices.Clone(w.Accounts)
+	m := mirrored(w)
+	if !slices.Equal(w.Accounts, before) {
+		t.Fatal("mirrored changed the workload it read")
+	}
+	for i, a := range m.Accounts {
+		if a != before[len(before)-1-i] {
+			t.Fatalf("account %d of the mirror is %+v, want %+v", i, a, before[len(before)-1-i])
+		}
+	}
+	if len(m.Accounts) != len(before) || m.Accounts[0] == m.Accounts[len(m.Accounts)-1] {
+		t.Fatalf("the team's first and last accounts are alike, so the test proves nothing: %+v", m.Accounts)
 	}
 }
