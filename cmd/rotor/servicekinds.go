@@ -23,6 +23,20 @@ type serviceSpec struct {
 	UID     int    // launchd's gui/<uid> domain
 }
 
+// environ is what a service sets for serve, in this order: ROTOR_HOME,
+// then ROTOR_SECRETS and ROTOR_CREDITS when the CLI that installed it had
+// them.
+func (s serviceSpec) environ() [][2]string {
+	env := [][2]string{{"ROTOR_HOME", s.Home}}
+	if s.Secrets != "" {
+		env = append(env, [2]string{"ROTOR_SECRETS", s.Secrets})
+	}
+	if s.Credits != "" {
+		env = append(env, [2]string{"ROTOR_CREDITS", s.Credits})
+	}
+	return env
+}
+
 // toolCall is one run of an OS tool; mayFail marks a step whose failure
 // only means there was nothing to undo (stopping a service not running).
 type toolCall struct {
@@ -112,12 +126,9 @@ var systemdKind = serviceKind{
 	// the stop's SIGTERM) restarts; serve exits 0 on SIGTERM, so a stop
 	// stays a stop.
 	text: func(s serviceSpec) string {
-		env := "Environment=" + systemdQuote("ROTOR_HOME="+s.Home) + "\n"
-		if s.Secrets != "" {
-			env += "Environment=" + systemdQuote("ROTOR_SECRETS="+s.Secrets) + "\n"
-		}
-		if s.Credits != "" {
-			env += "Environment=" + systemdQuote("ROTOR_CREDITS="+s.Credits) + "\n"
+		var env string
+		for _, kv := range s.environ() {
+			env += "Environment=" + systemdQuote(kv[0]+"="+kv[1]) + "\n"
 		}
 		return `[Unit]
 Description=rotor: one OpenAI-compatible proxy over a pool of accounts, on loopback
@@ -163,12 +174,9 @@ var launchdKind = serviceKind{
 	// when it exits non-zero, so "launchctl bootout" (SIGTERM, exit 0)
 	// stays a stop.
 	text: func(s serviceSpec) string {
-		env := "\t\t<key>ROTOR_HOME</key>\n\t\t<string>" + xmlEscape(s.Home) + "</string>\n"
-		if s.Credits != "" {
-			env += "\t\t<key>ROTOR_CREDITS</key>\n\t\t<string>" + xmlEscape(s.Credits) + "</string>\n"
-		}
-		if s.Secrets != "" {
-			env += "\t\t<key>ROTOR_SECRETS</key>\n\t\t<string>" + xmlEscape(s.Secrets) + "</string>\n"
+		var env string
+		for _, kv := range s.environ() {
+			env += "\t\t<key>" + kv[0] + "</key>\n\t\t<string>" + xmlEscape(kv[1]) + "</string>\n"
 		}
 		return `<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
@@ -289,12 +297,12 @@ var schtasksKind = serviceKind{
 // the outer quotes as it is, paths with spaces included.
 func taskCommand(s serviceSpec) string {
 	var b strings.Builder
-	b.WriteString(`/d /s /c "set "ROTOR_HOME=` + s.Home + `"`)
-	if s.Secrets != "" {
-		b.WriteString(` && set "ROTOR_SECRETS=` + s.Secrets + `"`)
-	}
-	if s.Credits != "" {
-		b.WriteString(` && set "ROTOR_CREDITS=` + s.Credits + `"`)
+	b.WriteString(`/d /s /c "`)
+	for i, kv := range s.environ() {
+		if i > 0 {
+			b.WriteString(" && ")
+		}
+		b.WriteString(`set "` + kv[0] + "=" + kv[1] + `"`)
 	}
 	b.WriteString(` && "` + s.Binary + `" serve --stable-key >> "` + filepath.Join(s.LogDir, "serve.log") + `" 2>&1"`)
 	return b.String()
