@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -121,7 +122,7 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 	fmt.Fprintf(out, "\nrotor with the pool's accounts listed the other way round (the same week; only the order changes): blocks no more than rotor in %d of %d weeks, "+
 		"rotor no more than it in %d, the same in %d; no worse than the best baseline in %d weeks (rotor: %d).\n",
 		m.mirrorHeld, n, m.rotorHeld, m.same, m.againstBest, verdictOf(weeks).held)
-	fmt.Fprintf(out, "\nrotor against each baseline alone, weeks no worse:")
+	var alone []string
 	for p, name := range Policies[1:] {
 		held := 0
 		for _, o := range weeks {
@@ -129,8 +130,9 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 				held++
 			}
 		}
-		fmt.Fprintf(out, " %s %d of %d%s", name, held, n, map[bool]string{true: ".\n", false: ","}[p == len(Policies)-2])
+		alone = append(alone, fmt.Sprintf("%s %d of %d", name, held, n))
 	}
+	fmt.Fprintf(out, "\nrotor against each baseline alone, weeks no worse: %s.\n", strings.Join(alone, ", "))
 	v := verdictOf(weeks)
 	fmt.Fprintf(out, "\nrotor (--credits last-resort) against the targets: no worse than the best baseline in %d of %d weeks (%.0f%%, target ≥ 90%%): %s; "+
 		"worst week %.2f× the best baseline by the same rule (target ≤ 1.1): %s; credits spent in %d weeks, %d of them where the bound without credits is 0 (target 0): %s; "+
