@@ -404,13 +404,16 @@ func isTerminal(f *os.File) bool {
 }
 
 // serveGCPercent is the collector's goal for a serve, half the runtime's
-// default. Each client connection holds a 72 KiB read buffer (the 64 KiB
-// of headers docs/service.md's limits accept need it) of which a page or two is ever
-// touched: it costs no memory, but the pacer counts it as live heap, so
-// with the default goal a serve with a thousand streams let 70 MB more of
-// garbage (a TLS handshake's, above all) pile up, resident, before it
-// collected. At 50, 1000 streams over TLS peak at the floor's RSS instead
-// of 1.2-1.3 times it, for no CPU the bench can see (docs/PERFORMANCE.md).
+// default. Each client connection holds a 72 KiB read buffer (for the
+// 64 KiB of headers docs/service.md's limits accept), of which a page or
+// two is ever touched: it costs no memory, but the pacer counts it as live
+// heap, so with the default goal a serve with a thousand streams let
+// garbage (a TLS handshake's, above all) pile up, resident, to the size of
+// all those buffers again before it collected. At 50, 1000 streams over
+// TLS peak at the floor's RSS instead of 1.2-1.4 times it, for no CPU the
+// bench can see; the price is a later first byte when a thousand streams
+// start at once over plain HTTP (docs/PERFORMANCE.md, "The collector's
+// goal").
 const serveGCPercent = 50
 
 // tuneCollector sets serveGCPercent unless GOGC says otherwise: a user's
