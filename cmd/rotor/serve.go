@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,6 +125,7 @@ func (a *app) startProxy(o proxyOptions, logOut io.Writer) (*running, error) {
 	if err != nil {
 		return nil, err
 	}
+	log.Debug().Int("gogc", tuneCollector(a.getenv)).Msg("collector goal")
 	credits, err := a.creditsPolicy(o.credits)
 	if err != nil {
 		return nil, err
@@ -403,8 +405,8 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// serveGCPercent is the collector's goal for a serve, half the runtime's
-// default. Each client connection holds a 72 KiB read buffer (for the
+// serveGCPercent is the collector's goal for a process that proxies
+// (serve, exec), half the runtime's default. Each client connection holds a 72 KiB read buffer (for the
 // 64 KiB of headers docs/service.md's limits accept), of which a page or
 // two is ever touched: it costs no memory, but the pacer counts it as live
 // heap, so with the default goal a serve with a thousand streams let
@@ -416,12 +418,15 @@ func isTerminal(f *os.File) bool {
 // goal").
 const serveGCPercent = 50
 
-// tuneCollector sets serveGCPercent unless GOGC says otherwise: a user's
-// own setting wins.
-func tuneCollector(getenv func(string) string) {
+// tuneCollector sets serveGCPercent unless GOGC says otherwise (a user's
+// own setting wins), and returns the goal the runtime then has.
+func tuneCollector(getenv func(string) string) int {
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(serveGCPercent)
 	}
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(int64(s[0].Value.Uint64())) // GOGC=off reads as -1
 }
 
 func cmdServe(a *app, args []string) error {
@@ -435,7 +440,6 @@ func cmdServe(a *app, args []string) error {
 	if len(pos) > 0 {
 		return rerr.Validation("args", "Unexpected argument: "+pos[0]+". Usage: rotor serve [--host H] [--port P] [--account SEL]")
 	}
-	tuneCollector(a.getenv)
 	// Signals are caught before anything is started, so a stop that comes
 	// at once still drains and removes the record. A closed stdout or
 	// stderr (rotor serve | head) must not stop serve: with SIGPIPE
