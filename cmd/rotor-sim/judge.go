@@ -118,10 +118,10 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 		fmt.Fprintf(out, "| %s | %.2f | %.2f | %d | %d | %d | %.1f (%d) |\n", name, median(ratios), ratios[len(ratios)-1],
 			worse, int(blocked/time.Minute), moved, spent/1e6, spentWeeks)
 	}
-	m := mirrorOf(weeks)
+	v, m := verdictOf(weeks), mirrorOf(weeks)
 	fmt.Fprintf(out, "\nrotor with the pool's accounts listed the other way round (the same week; only the order changes): blocks no more than rotor in %d of %d weeks, "+
 		"rotor no more than it in %d, the same in %d; no worse than the best baseline in %d weeks (rotor: %d).\n",
-		m.mirrorHeld, n, m.rotorHeld, m.same, m.againstBest, verdictOf(weeks).held)
+		m.mirrorHeld, n, m.rotorHeld, m.same, m.againstBest, v.held)
 	var alone []string
 	for p, name := range Policies[1:] {
 		held := 0
@@ -133,7 +133,6 @@ func writeJudged(out io.Writer, w *Workload, g *Weeks, weeks []weekOutcome) {
 		alone = append(alone, fmt.Sprintf("%s %d of %d", name, held, n))
 	}
 	fmt.Fprintf(out, "\nrotor against each baseline alone, weeks no worse: %s.\n", strings.Join(alone, ", "))
-	v := verdictOf(weeks)
 	fmt.Fprintf(out, "\nrotor (--credits last-resort) against the targets: no worse than the best baseline in %d of %d weeks (%.0f%%, target ≥ 90%%): %s; "+
 		"worst week %.2f× the best baseline by the same rule (target ≤ 1.1): %s; credits spent in %d weeks, %d of them where the bound without credits is 0 (target 0): %s; "+
 		"moved %d conversations, least-used %d: %s.\n",

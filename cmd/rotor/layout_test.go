@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,10 +144,8 @@ func TestBinaryCallsNoMethodByName(t *testing.T) {
 		t.Fatalf("go list named %d packages: %s", len(deps), out)
 	}
 	for _, p := range reflectsMethods {
-		for _, d := range deps {
-			if d == p {
-				t.Errorf("the rotor binary links %s, which keeps every exported method in the binary; write the text in Go", p)
-			}
+		if slices.Contains(deps, p) {
+			t.Errorf("the rotor binary links %s, which keeps every exported method in the binary; write the text in Go", p)
 		}
 	}
 }
